@@ -1,0 +1,115 @@
+"""Exporting models for the lessons, and silencing the stack's known import noise."""
+
+import logging
+import warnings
+
+import torch
+from torch import nn
+
+__all__ = ["calibrate", "export_module", "quiet", "x86_quantizer"]
+
+
+def export_module(model: nn.Module, args: tuple) -> torch.fx.GraphModule:
+    """Export ``model`` with ``torch.export`` and return the graph as a ``GraphModule``.
+
+    This is ``torch.export.export(model, args).module()``, the form PT2E quantizes.
+
+    Args:
+        model: the ``nn.Module`` to export, usually in eval mode.
+        args: a tuple of example inputs, e.g. ``example_inputs(4)``.
+
+    >>> from common.models import example_inputs, get_model
+    >>> gm = export_module(get_model("conv_relu"), example_inputs(2))
+    >>> [n.name for n in gm.graph.nodes if n.op == "call_function"]
+    ['conv2d', 'relu']
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(
+            f"export_module needs an nn.Module, got {type(model).__name__}; "
+            "wrap a function in an nn.Module whose forward calls it"
+        )
+    if not isinstance(args, tuple):
+        raise TypeError(
+            f"export_module needs the example inputs as a tuple, got {type(args).__name__}; "
+            "write (x,) for a single input"
+        )
+    try:
+        program = torch.export.export(model, args)
+    except Exception as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise RuntimeError(
+            f"torch.export could not trace {type(model).__name__}: {first}\n"
+            "Check that forward() runs eagerly on these inputs, avoid Python control flow "
+            "on tensor values (use torch.cond), and see the full error above."
+        ) from e
+    return program.module()
+
+
+def calibrate(model: torch.fx.GraphModule, *, batches: int = 4, batch: int = 8) -> None:
+    """Feed ``batches`` deterministic image batches through a prepared model.
+
+    Batch ``i`` is ``example_inputs(batch, seed=i)``, so two models calibrated with the
+    same arguments have seen exactly the same data (the lessons compare them bit by bit).
+    """
+    from common.models import example_inputs
+
+    with torch.no_grad():
+        for seed in range(batches):
+            model(*example_inputs(batch, seed=seed))
+
+
+def x86_quantizer():
+    """Return torchao's ``X86InductorQuantizer`` with its default (static, per-channel) config."""
+    from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
+        X86InductorQuantizer,
+        get_default_x86_inductor_quantization_config,
+    )
+
+    return X86InductorQuantizer().set_global(get_default_x86_inductor_quantization_config())
+
+
+class _DropMessages(logging.Filter):
+    """Drops records whose message contains one of the given fragments."""
+
+    def __init__(self, *fragments: str):
+        super().__init__()
+        self.fragments = fragments
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not any(fragment in message for fragment in self.fragments)
+
+
+# Each entry: logger name -> message fragments known to be harmless on a CPU machine.
+_KNOWN_LOG_NOISE = {
+    # torchao tries to load its CUDA-only kernels at import.
+    "torchao": ("Failed to load",),
+    # torchao registers an Enum with pytree; torch 2.13 says this is no longer needed.
+    "torch.utils._pytree": ("is now natively supported",),
+}
+
+
+def quiet() -> None:
+    """Silence the known, harmless import and log noise of torch 2.13 + torchao 0.18.
+
+    Only these are silenced: torchao's "Failed to load ... .so" lines for CUDA kernels,
+    the pytree "Enum subclass ... natively supported" line, the
+    ``torch.jit.script_method`` DeprecationWarning raised by importing the x86
+    quantizer, and the ``isinstance(treespec, LeafSpec)`` FutureWarning that
+    ``copy.deepcopy`` of an exported GraphModule raises inside torch. Everything else
+    still reaches you. Call it before importing torchao; calling it again changes nothing.
+    """
+    for name, fragments in _KNOWN_LOG_NOISE.items():
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _DropMessages) for f in logger.filters):
+            logger.addFilter(_DropMessages(*fragments))
+    warnings.filterwarnings(
+        "ignore",
+        message=r"`torch\.jit\.script_method` is deprecated",
+        category=DeprecationWarning,
+    )
+    warnings.filterwarnings(
+        "ignore",
+        message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+        category=FutureWarning,
+    )

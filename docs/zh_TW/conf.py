@@ -1,0 +1,10 @@
+"""Sphinx configuration of the zh_TW site; everything is shared in docs/course_conf.py."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from course_conf import make_config  # noqa: E402
+
+globals().update(make_config("zh_TW"))

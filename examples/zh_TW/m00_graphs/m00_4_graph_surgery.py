@@ -1,0 +1,260 @@
+"""
+M00-4 改圖：PT2E 會用到的 torch.fx 圖操作
+==========================================
+
+前三課只「讀」圖；PT2E 的兩個步驟卻都在「改」圖：``prepare_pt2e`` 在圖裡插入
+observer（觀察器），``convert_pt2e`` 再把 observer 換成 quantize／dequantize 節點，並事先
+把 weight 量化成 int8。本課在一個 conv → relu 的小圖上，把這些動作拆成六個步驟，每一步都
+畫出圖、印出證據，並用 ``assert`` 驗證。
+
+**你會學到**
+
+- 在某個 node 後面插入新 node，並把下游改接過去（M02-2 插 observer 的做法）
+- 把 ``call_module`` 換成 ``call_function``、把 tensor 常數放進圖裡（M02-3 convert 的做法）
+- 改完圖之後為什麼一定要 ``recompile``、怎麼用 ``lint`` 檢查
+
+**先備知識**：M00-1 到 M00-3，或〈FX Graph 與 Node 基礎〉一文。
+
+.. note::
+   六個步驟都原地修改同一個 ``gm``。在 notebook 裡請由上而下依序執行；
+   跳著執行或重跑某一格，圖就會和說明對不上，要重來就重新啟動 kernel 從頭執行。
+"""
+
+# %%
+# 準備
+# ----
+# ``export_module`` 就是 ``torch.export.export(model, args).module()``。
+# ``base`` 留下原始輸出，後面每一步都拿它來比對。
+
+import copy
+
+import torch
+
+from common.models import example_inputs, get_model
+from common.pt2e import export_module, quiet
+from common.viz import draw
+
+quiet()
+
+
+def first_line(error):
+    """例外訊息只留第一行：後面通常是建議和堆疊資訊。"""
+    return str(error).splitlines()[0]
+
+
+class Scale(torch.nn.Module):
+    """把輸入乘上 k 的小模組，只是為了有一個看得出效果的 call_module 目標。"""
+
+    def __init__(self, k):
+        super().__init__()
+        self.k = k
+
+    def forward(self, x):
+        return x * self.k
+
+
+x = example_inputs(4)[0]
+gm = export_module(get_model("conv_relu"), (x,))
+with torch.no_grad():
+    base = gm(x).clone()
+graph = gm.graph
+nodes = {node.name: node for node in graph.nodes}
+relu = nodes["relu"]
+draw(gm, title="改圖之前的 gm")
+
+# %%
+# 改圖時，每個 node 都有兩個方向要顧：``args`` 是它讀取的上游，``users`` 是讀取它的下游。
+
+print(f"relu.args  = {relu.args}    （上游：relu 讀誰）")
+print(f"relu.users = {list(relu.users)}    （下游：誰讀 relu）")
+assert relu.args == (nodes["conv2d"],), "relu 讀的是 conv2d"
+assert list(relu.users) == [nodes["output"]], "只有 output 讀 relu"
+
+# %%
+# 步驟 1 — 插入新 node
+# --------------------
+# ``call_module`` 要呼叫的模組必須先用 ``add_submodule`` 掛到 GraphModule 上。
+# 在 ``graph.inserting_after(relu)`` 區塊裡建立的 node 會排在 relu 後面。
+
+gm.add_submodule("scale_out", Scale(2.0))
+with graph.inserting_after(relu):
+    scale = graph.call_module("scale_out", (relu,))
+draw(gm, highlight=["scale_out"], title="步驟 1：新增 scale_out(relu)")
+
+# %%
+# 新 node 讀 relu，可是還沒有人讀它：``output`` 仍然接在 relu 後面。
+# 建立 node 並不會把它接進資料流，接線是下一步的事。
+
+print(f"scale.args  = {scale.args}")
+print(f"scale.users = {list(scale.users)}")
+assert scale.args == (relu,) and not scale.users, "scale_out 已建立，但還沒有下游"
+
+# %%
+# 步驟 2 — 把下游改接到新 node
+# ----------------------------
+# 直覺的寫法是 ``relu.replace_all_uses_with(scale)``。先在副本 ``gm_bad`` 上試，
+# 看看會出什麼事。
+
+gm_bad = copy.deepcopy(gm)
+relu_bad = next(n for n in gm_bad.graph.nodes if n.name == "relu")
+scale_bad = next(n for n in gm_bad.graph.nodes if n.name == "scale_out")
+relu_bad.replace_all_uses_with(scale_bad)
+draw(gm_bad, highlight=["scale_out"], title="錯誤示範：少了 delete_user_cb")
+
+# %%
+# scale_out 變成讀它自己（圖上那個繞回自己的箭頭），relu 反而沒有下游了。
+# 原因是 scale_out 本身也是 relu 的使用者，而 ``replace_all_uses_with`` 會改掉
+# 每一個使用者，連它自己也不例外。``lint`` 會抓到這種先用後定義的圖。
+
+try:
+    gm_bad.graph.lint()
+    lint_error = None
+except RuntimeError as error:
+    lint_error = first_line(error)
+print(f"gm_bad 的 scale_out.args = {scale_bad.args}")
+print(f"gm_bad.graph.lint() → RuntimeError: {lint_error}")
+assert scale_bad.args == (scale_bad,), "scale_out 讀到了自己：形成自我迴圈"
+assert lint_error is not None and "used before it has been defined" in lint_error
+
+# %%
+# 正確的做法是用 ``delete_user_cb`` 把新 node 自己排除在外：
+
+relu.replace_all_uses_with(scale, delete_user_cb=lambda user: user is not scale)
+draw(gm, highlight=["scale_out"], title="步驟 2：output 改讀 scale_out")
+
+# %%
+# 這就是「在 A 後面插入 B」的標準寫法：B 讀 A，其他原本讀 A 的 node 都改讀 B。
+# ``prepare_pt2e`` 插入 observer 用的正是這一招。
+
+print(f"relu.users = {list(relu.users)}    scale.args = {scale.args}")
+assert list(relu.users) == [scale] and scale.args == (relu,)
+assert list(scale.users) == [nodes["output"]], "output 現在讀 scale_out"
+graph.lint()
+
+# %%
+# 步驟 3 — recompile
+# ------------------
+# 圖已經改好了，``gm(x)`` 的結果變了嗎？GraphModule 的 ``forward`` 是從圖產生出來的
+# Python 程式碼，改圖並不會自動重新產生它。
+
+with torch.no_grad():
+    unchanged_before = torch.equal(gm(x), base)
+gm.recompile()
+with torch.no_grad():
+    doubled_after = torch.equal(gm(x), base * 2)
+print(f"改完圖、還沒 recompile：輸出仍等於原本的輸出？ {unchanged_before}")
+print(f"recompile 之後：輸出等於原本的 2 倍？         {doubled_after}")
+assert unchanged_before, "recompile 之前，forward 還是舊的程式碼"
+assert doubled_after, "recompile 之後，forward 多了 scale_out"
+
+# %%
+# 每次改完圖都要呼叫 ``recompile()``；``gm.code`` 可以看到新產生的 forward：
+
+print(gm.code.strip())
+assert "self.scale_out(relu)" in gm.code
+
+# %%
+# 步驟 4 — 用 call_function 取代 call_module
+# ------------------------------------------
+# 接著把 scale_out 這個 ``call_module`` 換成 ``aten.mul`` 的 ``call_function``。
+# ``convert_pt2e`` 把 observer 換成 q/dq 也是這個套路：建新 node → 下游改讀新 node →
+# 刪掉舊 node。先看看順序顛倒、還有人讀舊 node 就想刪它，會發生什麼：
+
+with graph.inserting_before(scale):
+    mul = graph.call_function(torch.ops.aten.mul.Tensor, (relu, 2.0))
+try:
+    graph.erase_node(scale)
+    erase_error = None
+except RuntimeError as error:
+    erase_error = first_line(error)
+print(f"erase_node(scale) → RuntimeError: {erase_error}")
+assert erase_error is not None and "still had 1 users" in erase_error
+assert mul.name == "mul_tensor", "新 node 的名字由 op 名稱 aten.mul.Tensor 而來"
+
+# %%
+# 只要還有使用者就不能刪。照正確的順序再做一次：
+
+scale.replace_all_uses_with(mul)
+graph.erase_node(scale)
+gm.delete_submodule("scale_out")
+gm.recompile()
+with torch.no_grad():
+    assert torch.equal(gm(x), base * 2), "換成 aten.mul 之後，輸出仍是原本的 2 倍"
+assert not hasattr(gm, "scale_out"), "模組也一併移除了"
+draw(gm, highlight=[mul.name], title="步驟 4：scale_out 換成 aten.mul")
+
+# %%
+# ``mul_tensor`` 的第二個參數 ``2.0`` 是直接寫在 ``args`` 裡的 Python 常數，它不是 node，
+# 所以圖上看不到。
+
+print(f"mul.args = {mul.args}")
+assert mul.args == (relu, 2.0)
+
+# %%
+# 步驟 5 — 把 tensor 常數放進圖裡
+# -------------------------------
+# Python 數字可以直接寫進參數，per-tensor 的 scale／zero point 就是這樣存的（M01 會看到）。
+# tensor 常數（例如 per-channel 的 scale／zero point）則要先用 ``register_buffer`` 註冊，
+# 再由 ``get_attr`` node 讀出來。
+
+gm.register_buffer("two", torch.tensor(2.0))
+with graph.inserting_before(mul):
+    two = graph.get_attr("two")
+    mul_t = graph.call_function(torch.ops.aten.mul.Tensor, (relu, two))
+mul.replace_all_uses_with(mul_t)
+graph.erase_node(mul)
+gm.recompile()
+with torch.no_grad():
+    assert torch.equal(gm(x), base * 2), "常數改由 buffer 提供，輸出不變"
+draw(gm, highlight=[mul_t.name], title="步驟 5：常數改成 buffer + get_attr")
+
+# %%
+# ``two`` 是 ``get_attr`` node；圖上不另畫一個框，而是寫在讀它的 node 標籤裡，記作 ``‹two›``。
+
+print(f"two.op = {two.op!r}   two.target = {two.target!r}   mul_t.args = {mul_t.args}")
+assert two.op == "get_attr" and mul_t.args == (relu, two)
+assert torch.equal(gm.get_buffer("two"), torch.tensor(2.0))
+
+# %%
+# 步驟 6 — 清理與檢查
+# -------------------
+# 故意插入一個沒有人讀的 ``neg``，再用 ``eliminate_dead_code`` 清掉；它會刪除所有沒有使用者、
+# 也沒有副作用的 node。``lint`` 則檢查圖的結構（例如每個 node 都先定義再使用），有問題就丟例外。
+
+with graph.inserting_after(relu):
+    graph.call_function(torch.ops.aten.neg.default, (relu,))
+nodes_with_neg = len(graph.nodes)
+graph.eliminate_dead_code()
+nodes_after_cleanup = len(graph.nodes)
+graph.lint()
+gm.recompile()
+print(f"node 數：插入 neg 後 {nodes_with_neg} → eliminate_dead_code 後 {nodes_after_cleanup}")
+assert (nodes_with_neg, nodes_after_cleanup) == (10, 9), "只有 neg 被清掉"
+assert not any(node.name.startswith("neg") for node in graph.nodes)
+draw(gm, title="步驟 6：清理之後")
+
+# %%
+# 被留下來的 ``_guards_fn`` 也沒有使用者，但它是 ``call_module``，``eliminate_dead_code``
+# 把它當成可能有副作用而保留。convert 把 weight 預先量化、改用 ``get_attr`` 讀取之後，
+# 原本的 weight node 就沒人讀了，同樣要靠 ``eliminate_dead_code`` 清掉（M02-3）。
+
+assert "_guards_fn" in {node.name for node in graph.nodes}
+with torch.no_grad():
+    assert torch.equal(gm(x), base * 2), "六個步驟之後，輸出是原本的 2 倍"
+
+# %%
+# 小結
+# ----
+# ====================  ==================================================================
+# 要做的事              用到的動作
+# ====================  ==================================================================
+# 插入 observer         ``add_submodule`` + ``inserting_after`` + ``call_module`` +
+#                       ``replace_all_uses_with(delete_user_cb=...)``
+# observer → q/dq       ``inserting_before`` + ``call_function`` + ``replace_all_uses_with``
+#                       + ``erase_node``（+ ``delete_submodule``）
+# 存 scale／zero point  Python 常數寫在參數裡，或 ``register_buffer`` + ``get_attr``
+# 收尾                  ``eliminate_dead_code``、``lint``、``recompile``
+# ====================  ==================================================================
+#
+# M02-2 親手插 observer 用的是步驟 1～3；M02-3 把 observer 換成 q/dq、預先量化 weight，
+# 用的是步驟 4～6。

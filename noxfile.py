@@ -1,0 +1,81 @@
+"""nox sessions: build the site, run the tests, lint (nox -l lists them)."""
+
+import hashlib
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT / "docs"))
+from languages import LANGUAGES  # noqa: E402
+
+BUILD = ROOT / "build" / "html"
+PYTHON = "3.11"
+
+nox.options.sessions = ["docs", "tests", "lint"]
+nox.options.reuse_venv = "yes"  # torch is large; a second run must not reinstall it
+
+
+def install(session: nox.Session, extras: str) -> None:
+    """pip install -e .[extras], skipped when pyproject.toml has not changed since last time."""
+    stamp = Path(session.virtualenv.location) / ".pt2e-course-installed"
+    wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + extras.encode()).hexdigest()
+    if stamp.exists() and stamp.read_text() == wanted:
+        return
+    # torch is pinned exactly in pyproject.toml; pip (not uv) finds the local CPU wheel.
+    session.install("-e", f".[{extras}]")
+    stamp.write_text(wanted)
+
+
+def build_languages(session: nox.Session, languages: list[str], sphinx_args: list[str]) -> None:
+    """Run one sphinx-build per language, all at once (one process per core)."""
+    python = str(Path(session.bin) / "python")
+    running = {}
+    for lang in languages:
+        command = [python, "-m", "sphinx", "-b", "html", "-W", "--keep-going", "-q"]
+        command += [*sphinx_args, str(ROOT / "docs" / lang), str(BUILD / lang)]
+        session.log(" ".join(command))
+        running[lang] = subprocess.Popen(
+            command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+    failed = []
+    for lang, process in running.items():
+        output, _ = process.communicate()
+        if output.strip():
+            print(f"--- sphinx-build {lang} ---\n{output.rstrip()}", flush=True)
+        if process.returncode:
+            failed.append(lang)
+    if failed:
+        session.error(f"the {', '.join(failed)} build failed; its messages are printed above")
+
+
+@nox.session(python=PYTHON)
+def docs(session: nox.Session) -> None:
+    """Build the site in both languages into build/html (args go to sphinx-build)."""
+    install(session, "docs")
+    started = time.perf_counter()
+    build_languages(session, list(LANGUAGES), session.posargs)
+    shutil.copy2(ROOT / "docs" / "index.html", BUILD / "index.html")
+    session.log(f"site built in {time.perf_counter() - started:.1f} s: {BUILD / 'index.html'}")
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """Run the test suite: common's unit tests, twin parity, every lesson as a script."""
+    install(session, "docs,test")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    """Check style with ruff (lint and format)."""
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        ruff = tomllib.load(f)["project"]["optional-dependencies"]["lint"]
+    session.install(*ruff)  # the pin lives in pyproject.toml; the course itself is not needed
+    session.run("ruff", "check", *session.posargs)
+    session.run("ruff", "format", "--check", *session.posargs)

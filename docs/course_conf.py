@@ -20,8 +20,11 @@ TEXT = {
 
 def make_config(lang: str) -> dict:
     """Return the Sphinx settings for one language ("zh_TW" or "en")."""
-    # jieba announces on stderr how it builds its dictionary, at every build.
-    logging.getLogger("jieba").setLevel(logging.WARNING)
+    if lang == "zh_TW":
+        import jieba  # segments Chinese words for the search index
+
+        # jieba announces on stderr, at every build, how it loads its dictionary.
+        jieba.setLogLevel(logging.WARNING)
     text = TEXT[lang]
     return {
         "project": text["project"],

@@ -12,7 +12,7 @@ import nox
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "docs"))
-from languages import LANGUAGES  # noqa: E402
+from languages import LANGUAGES, SPHINX_OPTIONS  # noqa: E402
 
 BUILD = ROOT / "build" / "html"
 PYTHON = "3.11"
@@ -37,7 +37,7 @@ def build_languages(session: nox.Session, languages: list[str], sphinx_args: lis
     python = str(Path(session.bin) / "python")
     running = {}
     for lang in languages:
-        command = [python, "-m", "sphinx", "-b", "html", "-W", "--keep-going", "-q"]
+        command = [python, "-m", "sphinx", *SPHINX_OPTIONS]
         command += [*sphinx_args, str(ROOT / "docs" / lang), str(BUILD / lang)]
         session.log(" ".join(command))
         running[lang] = subprocess.Popen(
@@ -69,6 +69,13 @@ def tests(session: nox.Session) -> None:
     """Run the test suite: common's unit tests, twin parity, every lesson as a script."""
     install(session, "docs,test")
     session.run("pytest", *session.posargs)
+
+
+@nox.session(python=PYTHON, default=False)
+def bench(session: nox.Session) -> None:
+    """Measure build, rebuild, test and drawing costs; writes benchmarks/RESULTS.md."""
+    install(session, "docs,test,bench")
+    session.run("python", "benchmarks/bench.py", *session.posargs)
 
 
 @nox.session(python=PYTHON)

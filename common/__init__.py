@@ -17,10 +17,10 @@ def check_versions(installed=None):
             environment when omitted (this is for tests).
 
     >>> check_versions({"torch": "2.13.0+cpu", "torchao": "0.18.0"})
-    >>> check_versions({"torch": "2.9.1", "torchao": "0.18.0"})
+    >>> check_versions({"torch": "2.9.1", "torchao": "0.18.0"})  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    ImportError: pt2e-course needs torch==2.13.0 but torch 2.9.1 is installed; run: pip install torch==2.13.0 torchao==0.18.0
+    ImportError: pt2e-course needs torch==2.13.0 but torch 2.9.1 is installed; run: pip install ...
     """
     fix = " ".join(f"{name}=={version}" for name, version in SUPPORTED_VERSIONS.items())
     for name, wanted in SUPPORTED_VERSIONS.items():

@@ -76,6 +76,10 @@ def _qparam_text(node: torch.fx.Node) -> str:
     args = node.args
     if len(args) >= 3 and isinstance(args[1], float) and isinstance(args[2], int):
         return f"scale={args[1]:.4g}  zp={args[2]}"
+    # Per-channel: (input, scales, zero_points, axis, quant_min, quant_max, dtype); the
+    # scales and zero points are get_attr buffers (already in the label as ‹name›).
+    if len(args) >= 4 and isinstance(args[1], torch.fx.Node) and isinstance(args[3], int):
+        return f"per-channel  axis={args[3]}"
     return ""
 
 
@@ -151,11 +155,15 @@ def to_dot(gm, *, highlight=(), title=None) -> graphviz.Digraph:
     return dot
 
 
-class _Pending:
+class _Collector:
     """Pictures drawn since the gallery scraper last ran (only while collecting)."""
 
-    collecting = False
-    pictures: list[tuple[str, str]] = []  # (svg text, title)
+    def __init__(self):
+        self.active = False
+        self.pictures: list[tuple[str, str]] = []  # (svg text, title)
+
+
+_collector = _Collector()
 
 
 def _render_svg(dot: graphviz.Digraph) -> str:
@@ -195,8 +203,8 @@ def draw(gm, highlight=(), title=None) -> None:
     """
     dot = to_dot(gm, highlight=highlight, title=title)
     svg = _render_svg(dot)
-    if _Pending.collecting:
-        _Pending.pictures.append((svg, title or ""))
+    if _collector.active:
+        _collector.pictures.append((svg, title or ""))
     elif not _show_in_jupyter(svg) and os.environ.get("PT2E_COURSE_DRAW_DIR"):
         folder = Path(os.environ["PT2E_COURSE_DRAW_DIR"])
         folder.mkdir(parents=True, exist_ok=True)
@@ -209,8 +217,8 @@ def gallery_reset(gallery_conf, fname) -> None:
     from common.pt2e import quiet
 
     quiet()
-    _Pending.collecting = True
-    _Pending.pictures.clear()
+    _collector.active = True
+    _collector.pictures.clear()
 
 
 def gallery_scraper(block, block_vars, gallery_conf) -> str:
@@ -218,9 +226,9 @@ def gallery_scraper(block, block_vars, gallery_conf) -> str:
     from sphinx_gallery.scrapers import figure_rst
 
     rst = ""
-    for svg, title in _Pending.pictures:
+    for svg, title in _collector.pictures:
         path = Path(next(block_vars["image_path_iterator"])).with_suffix(".svg")
         path.write_text(svg, encoding="utf-8")
         rst += figure_rst([str(path)], gallery_conf["src_dir"], fig_titles=title)
-    _Pending.pictures.clear()
+    _collector.pictures.clear()
     return rst

@@ -11,6 +11,7 @@ import common
 from common.models import MODEL_NAMES, example_inputs, get_model
 from common.pt2e import export_module, quiet
 from common.viz import GraphvizMissingError, draw, to_dot
+
 from conftest import ROOT, needs_dot
 
 
@@ -24,7 +25,10 @@ def test_supported_versions_match_pyproject_pins():
 @pytest.mark.parametrize(
     ("installed", "message"),
     [
-        ({"torch": "2.9.1", "torchao": "0.18.0"}, "needs torch==2.13.0 but torch 2.9.1 is installed"),
+        (
+            {"torch": "2.9.1", "torchao": "0.18.0"},
+            "needs torch==2.13.0 but torch 2.9.1 is installed",
+        ),
         ({"torch": "2.13.0", "torchao": "0.17.0"}, "needs torchao==0.18.0 but torchao 0.17.0"),
     ],
 )
@@ -38,7 +42,9 @@ def test_wrong_versions_are_refused_with_the_fix(installed, message):
 def test_models_are_deterministic_and_accept_example_inputs(name):
     first, second = get_model(name), get_model(name)
     assert not first.training
-    for (key, a), (_, b) in zip(first.state_dict().items(), second.state_dict().items(), strict=True):
+    for (key, a), (_, b) in zip(
+        first.state_dict().items(), second.state_dict().items(), strict=True
+    ):
         assert torch.equal(a, b), key
     with torch.no_grad():
         assert torch.equal(first(*example_inputs(2)), second(*example_inputs(2)))
@@ -77,7 +83,7 @@ def test_export_matches_eager(name):
 
 
 def test_export_refuses_a_non_module():
-    with pytest.raises(TypeError, match="export_module needs an nn.Module, got function"):
+    with pytest.raises(TypeError, match=r"export_module needs an nn\.Module, got function"):
         export_module(lambda x: x, example_inputs(1))
 
 
@@ -86,7 +92,7 @@ def test_export_failure_says_what_to_do():
         def forward(self, x):
             return x * 2 if x.sum() > 0 else x
 
-    with pytest.raises(RuntimeError, match="torch.export could not trace DataDependent") as info:
+    with pytest.raises(RuntimeError, match=r"torch\.export could not trace DataDependent") as info:
         export_module(DataDependent(), example_inputs(1))
     assert "torch.cond" in str(info.value)
 
@@ -134,7 +140,7 @@ def test_to_dot_names_the_existing_nodes_for_an_unknown_highlight(conv_relu_gm):
 
 
 def test_draw_refuses_what_is_not_a_graph_module():
-    with pytest.raises(TypeError, match="draw needs a torch.fx.GraphModule, got Linear"):
+    with pytest.raises(TypeError, match=r"draw needs a torch\.fx\.GraphModule, got Linear"):
         draw(torch.nn.Linear(2, 2))
 
 
@@ -149,5 +155,5 @@ def test_draw_writes_svg_when_asked(conv_relu_gm, tmp_path, monkeypatch):
 
 def test_draw_without_dot_says_how_to_install_graphviz(conv_relu_gm, monkeypatch):
     monkeypatch.setattr("shutil.which", lambda name: None)
-    with pytest.raises(GraphvizMissingError, match="install Graphviz.*apt-get install graphviz"):
+    with pytest.raises(GraphvizMissingError, match=r"install Graphviz.*apt-get install graphviz"):
         draw(conv_relu_gm)

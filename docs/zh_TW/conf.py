@@ -5,6 +5,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from course_conf import make_config  # noqa: E402
+from course_conf import make_config
 
 globals().update(make_config("zh_TW"))

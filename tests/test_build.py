@@ -1,0 +1,140 @@
+"""The docs build fails loudly on a broken lesson, is deterministic, writes only ignored files."""
+
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import EXAMPLES, ROOT, needs_dot
+from languages import SPHINX_OPTIONS
+
+pytestmark = [pytest.mark.slow, needs_dot]
+
+FAILING_LESSON = '''\
+"""
+A failing lesson
+================
+
+Its assert does not hold, so the build must stop.
+"""
+
+# %%
+# Step 1 — add
+# ------------
+
+value = 1 + 1
+assert value == 3, "one plus one should be three"
+'''
+
+
+def make_site(root: Path, lessons: dict[str, str]) -> Path:
+    """A small copy of the English site at ``root`` whose gallery holds only ``lessons``.
+
+    ``lessons`` maps "module_folder/file.py" to the script's text.
+    """
+    docs = root / "docs"
+    shutil.copytree(
+        ROOT / "docs",
+        docs,
+        ignore=shutil.ignore_patterns("lessons", "*.md", "__pycache__"),
+    )
+    (docs / "en" / "index.md").write_text("# Fixture\n\n```{toctree}\nlessons/index\n```\n")
+    (root / "examples" / "en").mkdir(parents=True)
+    (root / "examples" / "en" / "README.txt").write_text("Lessons\n=======\n\nFixture.\n")
+    for relative, text in lessons.items():
+        path = root / "examples" / "en" / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        (path.parent / "README.txt").write_text("Module\n======\n\nFixture.\n")
+        path.write_text(text, encoding="utf-8")
+    return root
+
+
+def sphinx_build(root: Path, *, strict: bool = True) -> subprocess.CompletedProcess:
+    options = SPHINX_OPTIONS if strict else [o for o in SPHINX_OPTIONS if o != "-W"]
+    command = [sys.executable, "-m", "sphinx", *options, "docs/en", "build/html/en"]
+    return subprocess.run(command, cwd=root, capture_output=True, text=True)
+
+
+def test_a_failing_lesson_fails_the_build_and_names_file_line_and_assertion(tmp_path):
+    site = make_site(tmp_path, {"m99_fixture/m99_1_fails.py": FAILING_LESSON})
+    result = sphinx_build(site)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert "m99_1_fails.py" in output
+    assert re.search(r'm99_1_fails\.py", line 13', output), output
+    assert "AssertionError: one plus one should be three" in output
+    assert not (site / "build" / "html" / "en" / "lessons" / "m99_fixture").exists(), (
+        "no page may be written for a lesson that failed"
+    )
+
+
+def first_lesson_of_each_module() -> dict[str, str]:
+    lessons = {}
+    for module in sorted(p for p in (EXAMPLES / "en").iterdir() if p.is_dir()):
+        scripts = sorted(module.glob("m[0-9][0-9]_*.py"))
+        if scripts:
+            lessons[f"{module.name}/{scripts[0].name}"] = scripts[0].read_text(encoding="utf-8")
+    return lessons
+
+
+def lesson_outputs(site: Path) -> dict[str, bytes]:
+    """The generated lesson pages (minus run-time lines) and their pictures."""
+    outputs = {}
+    for path in sorted((site / "docs" / "en" / "lessons").rglob("*")):
+        if path.suffix == ".svg" and "thumb" not in path.parts:
+            outputs[str(path.relative_to(site))] = path.read_bytes()
+        elif path.suffix == ".rst" and path.name.startswith("m"):
+            text = path.read_text(encoding="utf-8")
+            text = re.sub(r"\*\*Total running time of the script:\*\*.*", "", text)
+            outputs[str(path.relative_to(site))] = text.encode()
+    return outputs
+
+
+def test_two_clean_builds_produce_identical_lesson_outputs(tmp_path):
+    lessons = first_lesson_of_each_module()
+    assert lessons
+    first = make_site(tmp_path / "first", lessons)
+    second = make_site(tmp_path / "second", lessons)
+    for site in (first, second):
+        # Not -W: the copied lessons link to lessons this small site does not have.
+        result = sphinx_build(site, strict=False)
+        assert result.returncode == 0, result.stdout + result.stderr
+    one, two = lesson_outputs(first), lesson_outputs(second)
+    assert sum(name.endswith(".svg") for name in one) >= len(lessons), "every lesson draws"
+    assert sorted(one) == sorted(two)
+    differing = [name for name in one if one[name] != two[name]]
+    assert not differing, f"outputs differ between two clean builds: {differing}"
+
+
+def test_the_build_writes_only_generated_ignored_folders(tmp_path):
+    lesson = textwrap.dedent('''\
+        """
+        Tiny
+        ====
+
+        Prints.
+        """
+
+        print("hello")
+        ''')
+    site = make_site(tmp_path, {"m99_fixture/m99_1_tiny.py": lesson})
+    before = {p for p in site.rglob("*") if p.is_file()}
+    assert sphinx_build(site).returncode == 0
+    written = {p for p in site.rglob("*") if p.is_file()} - before
+    outside = [
+        str(p.relative_to(site))
+        for p in written
+        if not p.is_relative_to(site / "build")
+        and not p.is_relative_to(site / "docs" / "en" / "lessons")
+        and "__pycache__" not in p.parts
+    ]
+    assert written and not outside, (
+        f"the build wrote outside build/ and docs/en/lessons/: {outside}"
+    )
+    for generated in ("build/html/index.html", "docs/en/lessons/index.rst"):
+        checked = subprocess.run(["git", "check-ignore", "-q", generated], cwd=ROOT)
+        assert checked.returncode == 0, f"{generated} is not git-ignored"

@@ -47,6 +47,7 @@ __all__ = [
     "fold_weight_quantize",
     "insert_observers",
     "is_observer_node",
+    "observe_node",
     "prepare",
     "replace_observer",
     "sharing_groups",
@@ -400,20 +401,24 @@ def _observe_input(model: GraphModule, user: Node, arg, observers: dict):
     return _insert_observer_after(model, arg, observer)
 
 
+def observe_node(model: GraphModule, node: Node, observers: dict) -> None:
+    """Insert the observers one annotated node asks for: its input edges, then its output."""
+    node.args = tuple(_observe_input(model, node, arg, observers) for arg in node.args)
+    for name, value in node.kwargs.items():
+        for leaf in torch.utils._pytree.tree_leaves(value):
+            if isinstance(leaf, Node):
+                raise _unsupported(node, f"a tensor passed as keyword argument {name!r}")
+    if not isinstance(node.meta.get("val"), FakeTensor) or observers.get(node) is None:
+        return
+    observer = _insert_observer_after(model, node, observers[node])
+    _reroute_users(node, observer)
+
+
 def insert_observers(model: GraphModule, observers: dict) -> None:
-    """Insert the observers: input edges first, then the output, node by node in graph order."""
+    """Insert all observers, annotated node by annotated node in graph order."""
     for node in list(model.graph.nodes):
-        if ANNOTATION not in node.meta:
-            continue
-        node.args = tuple(_observe_input(model, node, arg, observers) for arg in node.args)
-        for name, value in node.kwargs.items():
-            for leaf in torch.utils._pytree.tree_leaves(value):
-                if isinstance(leaf, Node):
-                    raise _unsupported(node, f"a tensor passed as keyword argument {name!r}")
-        if not isinstance(node.meta.get("val"), FakeTensor) or observers.get(node) is None:
-            continue
-        observer = _insert_observer_after(model, node, observers[node])
-        _reroute_users(node, observer)
+        if ANNOTATION in node.meta:
+            observe_node(model, node, observers)
 
 
 def prepare(model: GraphModule, quantizer: Quantizer) -> GraphModule:

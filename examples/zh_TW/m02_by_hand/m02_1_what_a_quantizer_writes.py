@@ -106,7 +106,7 @@ assert isinstance(ACTIVATION_SPEC, QuantizationSpec) and isinstance(WEIGHT_SPEC,
 
 # %%
 # 步驟 4 — SharedQuantizationSpec：「跟那裡用同一組數字」
-# ------------------------------------------------------
+# -------------------------------------------------------
 # max pooling 只是從輸入裡挑值，所以輸出可以沿用輸入的 scale 和 zero point。
 # 它的 ``output_qspec`` 不是自己的 spec，而是指向 ``relu → max_pool2d`` 這條邊。
 # flatten 也一樣，指向 ``max_pool2d → flatten`` 。

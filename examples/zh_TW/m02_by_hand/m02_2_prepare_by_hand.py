@@ -170,7 +170,7 @@ assert gm.activation_post_process_3 is gm.activation_post_process_2, "共用的 
 
 # %%
 # 步驟 8 — 和 prepare_pt2e 比對
-# ----------------------------
+# -----------------------------
 # 我們的圖和 torchao 的程式碼逐行相同。經過相同的校正之後，每個 observer 的 scale 和
 # zero point 也一個位元都不差。
 

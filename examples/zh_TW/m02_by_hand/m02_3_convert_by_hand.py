@@ -58,7 +58,7 @@ draw(gm, title="之前：校正過的 observer")
 
 # %%
 # 步驟 1 — per-tensor observer 變成 quantize → dequantize
-# ------------------------------------------------------
+# -------------------------------------------------------
 # ``calculate_qparams`` 把 observer 的統計值換算成 scale 和 zero point（M01-3）。
 # per-tensor 時它們就是寫在參數裡的 Python 數字。這一對 node 插在 observer「之前」
 # （ ``inserting_before`` ），接手它的下游，再把 observer node 刪掉。
@@ -77,7 +77,7 @@ assert nodes["conv2d"].args[0] is dq and q.args[0] is nodes["x"]
 
 # %%
 # 步驟 2 — per-channel observer：qparams 變成 buffer
-# -------------------------------------------------
+# --------------------------------------------------
 # weight 每個輸出 channel 有一個 scale：這是 tensor，所以存成 buffer，再由 ``get_attr`` 讀出
 # （M00-4 步驟 5）。torchao 用被觀察 node 所屬的模組來命名 buffer；weight 的 ``get_attr``
 # 不屬於任何模組，所以名字就是 ``_scale_0`` 和 ``_zero_point_0`` 。
@@ -198,7 +198,7 @@ assert torch.equal(gm._frozen_param1, reference._frozen_param1), "linear 的 int
 
 # %%
 # 步驟 6 — 和 convert_pt2e 比對
-# ----------------------------
+# -----------------------------
 # 程式碼相同、運算的種類和個數相同，而且（這正是整個模組的重點）在校正時沒看過的輸入上，
 # 輸出一個位元都不差。
 

@@ -1,0 +1,406 @@
+"""The built site: twins, downloads, course map, glossary, root files, and in headless Chromium
+the language redirect, the switch, Chinese search, the pictures and no request leaving localhost.
+
+The ``site`` fixture reuses build/html when a build there is newer than every source (as in CI,
+which runs ``nox -s docs`` first); otherwise it builds both languages into a temporary folder.
+PT2E_COURSE_SITE=<folder> tests a site built elsewhere as it is.
+"""
+
+import functools
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import zipfile
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import quote, urlparse
+
+import pytest
+
+# tests/conftest.py (loaded first by pytest) puts docs/ on sys.path: course_conf is the site's
+# shared Sphinx configuration, with the repository, the site URL and the languages.
+import course_conf
+from conftest import LANGUAGES, ROOT, lessons
+
+pytestmark = pytest.mark.slow
+
+BUILT = ROOT / "build" / "html"
+ARTIFACTS = Path(os.environ.get("PT2E_COURSE_ARTIFACTS", ROOT / "build" / "test-artifacts"))
+CHROMIUM = os.environ.get("PT2E_COURSE_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-quic",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SPHINX = [sys.executable, "-m", "sphinx", "-b", "html", "-W", "--keep-going", "-q"]
+TWIN = re.compile(r'<a class="nav-link course-language-switch" href="([^"]+)"')
+
+
+# ------------------------------------------------------------------------------------- the site
+
+
+def newest_source() -> float:
+    """Latest modification time of anything the site is built from (generated pages excluded)."""
+    newest = 0.0
+    for top in ("docs", "examples", "common"):
+        for path in (ROOT / top).rglob("*"):
+            parts = path.relative_to(ROOT).parts
+            if "__pycache__" in parts or (top == "docs" and "lessons" in parts[2:3]):
+                continue
+            if path.is_file():
+                newest = max(newest, path.stat().st_mtime)
+    return newest
+
+
+def build_stamp(html: Path) -> float | None:
+    """When the oldest language build last finished (docs/course_conf.py writes its sitemap)."""
+    stamps = [html / lang / "sitemap.xml" for lang in LANGUAGES]
+    if not all(stamp.exists() for stamp in stamps):
+        return None
+    return min(stamp.stat().st_mtime for stamp in stamps)
+
+
+def build_site(html: Path) -> None:
+    """sphinx-build both languages at once, as nox -s docs does (-W: warnings are errors)."""
+    running = {
+        lang: subprocess.Popen(
+            [*SPHINX, str(ROOT / "docs" / lang), str(html / lang)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for lang in LANGUAGES
+    }
+    failed = {}
+    for lang, process in running.items():
+        output, _ = process.communicate()
+        if process.returncode:
+            failed[lang] = output[-5000:]
+    if failed:
+        pytest.fail(
+            "the site does not build:\n" + "\n".join(f"--- {k}\n{v}" for k, v in failed.items())
+        )
+
+
+@pytest.fixture(scope="session")
+def site(tmp_path_factory) -> Path:
+    """The built site's root folder (holding index.html, en/ and zh_TW/)."""
+    if os.environ.get("PT2E_COURSE_SITE"):  # test a site built elsewhere, as it is
+        return Path(os.environ["PT2E_COURSE_SITE"]).resolve()
+    stamp = build_stamp(BUILT)
+    if stamp is not None and stamp >= newest_source():
+        return BUILT
+    html = tmp_path_factory.mktemp("site") / "html"
+    started = time.perf_counter()
+    build_site(html)
+    print(f"built the site into {html} in {time.perf_counter() - started:.0f} s")
+    return html
+
+
+def pages(site: Path, lang: str) -> list[Path]:
+    """Every HTML page of one language, relative to its folder."""
+    base = site / lang
+    return sorted(
+        p.relative_to(base)
+        for p in base.rglob("*.html")
+        if not p.relative_to(base).parts[0][0] == "_"
+    )
+
+
+def lesson_pages(lang: str) -> list[Path]:
+    return [Path("lessons") / p.with_suffix(".html") for p in lessons(lang)]
+
+
+# ----------------------------------------------------------------------------- static checks
+
+
+def test_site_root(site):
+    index = (site / "index.html").read_text("utf-8")
+    for lang in LANGUAGES:
+        assert f'href="{lang}/index.html"' in index, f"the root page has no plain link to {lang}/"
+        assert (site / lang / "index.html").exists()
+    site_path = urlparse(course_conf.SITE_URL).path
+    not_found = (site / "404.html").read_text("utf-8")
+    assert "/SITE_PATH/" not in not_found, "the build did not fill in the site path"
+    for lang in LANGUAGES:
+        assert f'href="{site_path}{lang}/index.html"' in not_found, f"404.html: no link to {lang}/"
+    sitemap = (site / "sitemap.xml").read_text("utf-8")
+    for lang in LANGUAGES:
+        assert f"{course_conf.SITE_URL}{lang}/sitemap.xml" in sitemap
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_every_page_links_to_its_twin(site, lang):
+    other = course_conf.other_language(lang)
+    found = pages(site, lang)
+    assert Path("index.html") in found and len(found) > 5, f"too few pages in {site / lang}"
+    problems = []
+    for page in found:
+        twin = site / other / page
+        if not twin.exists():
+            problems.append(f"{lang}/{page}: no twin {other}/{page}")
+            continue
+        links = TWIN.findall((site / lang / page).read_text("utf-8"))
+        if not links:
+            problems.append(f"{lang}/{page}: no language switch")
+        elif any((site / lang / page).parent.joinpath(href).resolve() != twin for href in links):
+            problems.append(f"{lang}/{page}: the switch leads to {links[0]}, not {other}/{page}")
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_lessons_offer_downloads_and_colab(site, lang):
+    assert lesson_pages(lang), f"no lessons in examples/{lang}"
+    for page in lesson_pages(lang):
+        html = (site / lang / page).read_text("utf-8")
+        for suffix in (".py", ".ipynb"):
+            name = re.escape(page.stem + suffix)
+            hrefs = re.findall(rf'href="((?:\.\./)*_downloads/[0-9a-f]+/{name})"', html)
+            assert hrefs, f"{lang}/{page} offers no {suffix} download"
+            assert (site / lang / page).parent.joinpath(hrefs[0]).exists(), hrefs[0]
+        colab = re.search(r'class="course-colab-link" href="([^"]+)"', html)
+        assert colab, f"{lang}/{page} has no Open in Colab link"
+        owner_repo = urlparse(course_conf.COURSE_REPOSITORY).path.strip("/")
+        expected = f"https://colab.research.google.com/github/{owner_repo}/blob/"
+        assert colab[1].startswith(expected) and colab[1].endswith(f"/{page.stem}.ipynb"), colab[1]
+        # The link reads the notebook where the Pages workflow publishes this very folder.
+        published = colab[1].split(f"/blob/{course_conf.PAGES_BRANCH}/", 1)[1]
+        assert (site / published).exists(), f"Colab would open {published}, not in the site"
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_each_module_offers_a_zip_of_its_lessons(site, lang):
+    modules = sorted({p.parts[0] for p in lessons(lang)})
+    for module in modules:
+        index = (site / lang / "lessons" / module / "index.html").read_text("utf-8")
+        expected = {p.name for p in lessons(lang) if p.parts[0] == module}
+        for kind, suffix in (("python", ".py"), ("jupyter", ".ipynb")):
+            hrefs = re.findall(
+                rf'href="((?:\.\./)*_downloads/[0-9a-f]+/{module}_{kind}\.zip)"', index
+            )
+            assert hrefs, f"{lang}/lessons/{module}/index.html offers no {kind} zip"
+            archive = (site / lang / "lessons" / module).joinpath(hrefs[0])
+            names = {Path(n).name for n in zipfile.ZipFile(archive).namelist()}
+            assert names == {Path(e).with_suffix(suffix).name for e in expected}, archive
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_notebooks_start_with_the_colab_cell(site, lang):
+    notebooks = sorted((ROOT / "docs" / lang / "lessons").rglob("m[0-9][0-9]_*.ipynb"))
+    assert notebooks, "the gallery wrote no notebook"
+    for notebook in notebooks:
+        cells = json.loads(notebook.read_text("utf-8"))["cells"]
+        first = "".join(next(c for c in cells if c["cell_type"] == "code")["source"])
+        assert '"google.colab" in sys.modules' in first, f"{notebook.name}: no Colab cell first"
+        assert f"git+{course_conf.COURSE_REPOSITORY}" in first, f"{notebook.name}: wrong repository"
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_course_map_has_a_card_per_lesson(site, lang):
+    html = (site / lang / "course_map.html").read_text("utf-8")
+    for page in lesson_pages(lang):
+        href = page.as_posix()
+        assert f'href="{href}#' in html or f'href="{href}"' in html, (
+            f"course map: no card for {href}"
+        )
+    thumbs = re.findall(r'<img[^>]+class="[^"]*sd-card-img-top[^"]*"', html)
+    assert len(thumbs) == len(lesson_pages(lang)), "every lesson card shows its key picture"
+    index = (site / lang / "index.html").read_text("utf-8")
+    assert 'href="course_map.html"' in index, "the landing page links to the course map"
+
+
+def glossary_entries(site: Path, lang: str) -> list[str]:
+    """Per glossary entry, the lesson page it links to ('' when it links to none)."""
+    html = (site / lang / "glossary.html").read_text("utf-8")
+    entries = re.findall(r"<dd>(.*?)</dd>", html, flags=re.S)
+    return [next(iter(re.findall(r'href="(lessons/[^"#]+)', dd)), "") for dd in entries]
+
+
+def test_glossary_pairs_every_term_with_its_lesson(site):
+    entries = {lang: glossary_entries(site, lang) for lang in LANGUAGES}
+    for lang, links in entries.items():
+        assert len(links) >= 40, f"{lang} glossary has {len(links)} terms, fewer than 40"
+        missing = re.findall(
+            r'lesson-missing">([^<]+)<', (site / lang / "glossary.html").read_text("utf-8")
+        )
+        assert not missing, (
+            f"{lang} glossary names lessons that do not exist yet: {sorted(set(missing))}"
+        )
+        assert all(links), f"{lang} glossary: an entry links to no lesson"
+    first, *others = entries.values()
+    for other in others:
+        assert other == first, "both glossaries list the same terms with the same lessons, in order"
+
+
+# ---------------------------------------------------------------------------- in a real browser
+
+
+class QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, format, *args):
+        pass
+
+
+@pytest.fixture(scope="session")
+def server(site):
+    """Serve the built site on 127.0.0.1 in a thread; yield its base URL."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(QuietHandler, directory=site))
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    if not Path(CHROMIUM).exists() and shutil.which("chromium") is None:
+        pytest.skip(f"Chromium is not installed at {CHROMIUM} (apt-get install chromium)")
+    playwright_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
+    executable = CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium")
+    with playwright_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def browse(chromium, server):
+    """browse(locale) -> a new page; every request any page makes is checked to stay local."""
+    contexts, requests = [], []
+
+    def new_page(locale: str = "en-US"):
+        context = chromium.new_context(locale=locale, viewport={"width": 1280, "height": 900})
+        context.on("request", lambda request: requests.append(request.url))
+        contexts.append(context)
+        return context.new_page()
+
+    yield new_page
+    for context in contexts:
+        context.close()
+    local = urlparse(server).netloc
+    remote = sorted(
+        {u for u in requests if urlparse(u).scheme in ("http", "https", "ws", "wss")}
+        - {u for u in requests if urlparse(u).netloc == local}
+    )
+    assert not remote, "requests left localhost:\n" + "\n".join(remote)
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize(("locale", "lang"), [("en-US", "en"), ("zh-TW", "zh_TW")])
+def test_root_sends_the_reader_to_their_language(browse, server, locale, lang):
+    page = browse(locale)
+    page.goto(f"{server}/")
+    page.wait_for_url(f"{server}/{lang}/index.html")
+    assert page.locator("h1").first.is_visible()
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_switch_on_a_lesson_lands_on_its_twin(browse, server, lang):
+    other = course_conf.other_language(lang)
+    # (A lesson without a twin fails test_every_page_links_to_its_twin already.)
+    lesson = sorted(set(lesson_pages(lang)) & set(lesson_pages(other)))[-1].as_posix()
+    page = browse()
+    page.goto(f"{server}/{lang}/{lesson}")
+    page.locator("a.course-language-switch:visible").first.click()
+    page.wait_for_url(f"{server}/{other}/{lesson}")
+    assert page.locator("a.course-language-switch:visible").count() >= 1
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize(
+    ("lang", "query"), [("zh_TW", "量化"), ("zh_TW", "觀察器"), ("en", "observer")]
+)
+def test_search_finds_lessons(browse, server, lang, query):
+    page = browse()
+    page.goto(f"{server}/{lang}/search.html?q={quote(query)}")
+    # Sphinx lists the results one by one and retitles the list when it has finished.
+    page.wait_for_function(
+        "typeof Search !== 'undefined' && Search.title?.innerText"
+        " === Documentation.gettext('Search Results')",
+        timeout=20_000,
+    )
+    results = page.locator("#search-results ul.search li a")
+    hrefs = [results.nth(i).get_attribute("href") for i in range(results.count())]
+    assert any("lessons/" in (href or "") for href in hrefs), f"{query!r} found no lesson: {hrefs}"
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_every_picture_on_a_lesson_page_is_drawn(browse, server, lang):
+    page = browse()
+    for lesson in lesson_pages(lang):
+        page.goto(f"{server}/{lang}/{lesson.as_posix()}")
+        pictures = page.locator("article.bd-article img, article.bd-article svg")
+        assert pictures.count() > 0, f"{lang}/{lesson}: no picture"
+        for i in range(pictures.count()):
+            picture = pictures.nth(i)
+            picture.scroll_into_view_if_needed()
+            box = picture.bounding_box()
+            assert box and box["width"] > 0 and box["height"] > 0, (
+                f"{lang}/{lesson}: picture {i} is empty"
+            )
+            loaded = picture.evaluate(
+                "el => el.tagName !== 'IMG' || (el.complete && el.naturalWidth > 0)"
+            )
+            assert loaded, f"{lang}/{lesson}: picture {i} did not load"
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_screenshots_and_no_third_party_request(browse, server, lang):
+    """Visit the main kinds of page; browse() fails the test if any request left localhost."""
+    folder = ARTIFACTS / "screenshots"
+    folder.mkdir(parents=True, exist_ok=True)
+    page = browse("zh-TW" if lang == "zh_TW" else "en-US")
+    lesson = lesson_pages(lang)[-1].as_posix()
+    for name, path in [("landing", "index.html"), ("lesson", lesson)]:
+        page.goto(f"{server}/{lang}/{path}", wait_until="networkidle")
+        page.screenshot(path=folder / f"{lang}-{name}.png", full_page=name == "landing")
+    for path in ("course_map.html", "glossary.html", "lessons/index.html", "search.html?q=graph"):
+        page.goto(f"{server}/{lang}/{path}", wait_until="networkidle")
+    assert (folder / f"{lang}-lesson.png").stat().st_size > 10_000
+
+
+# --------------------------------------------------------------------------- a real notebook
+
+
+def test_a_downloaded_notebook_runs(site, tmp_path):
+    """Execute the first lesson's notebook, as downloaded, with a Jupyter kernel."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    first = lesson_pages("en")[0]
+    found = sorted((site / "en" / "_downloads").glob(f"*/{first.stem}.ipynb"))
+    assert found, f"the site offers no {first.stem}.ipynb"
+    notebook = nbformat.read(shutil.copy(found[0], tmp_path / found[0].name), as_version=4)
+    client = nbclient.NotebookClient(
+        notebook,
+        timeout=300,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(tmp_path)}},
+    )
+    client.execute()  # raises CellExecutionError, with the cell and traceback, if a cell fails
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    assert not code[0].outputs, "the Colab cell does nothing outside Colab"
+    stderr = [
+        "".join(out.get("text", ""))
+        for cell in code
+        for out in cell.outputs
+        if out.output_type == "stream" and out.name == "stderr"
+    ]
+    assert not stderr, "the notebook wrote to stderr:\n" + "\n".join(stderr)[:2000]
+    pictures = [
+        out for cell in code for out in cell.outputs if "image/svg+xml" in out.get("data", {})
+    ]
+    assert pictures, "draw() shows its pictures inline in Jupyter"

@@ -88,6 +88,62 @@ if "google.colab" in sys.modules:
         check=True,
     )"""
 
+# pydata-sphinx-theme ships only a Simplified Chinese catalog ("zh"), which zh_TW pages fell
+# back to ("当前页面"): its interface strings in Traditional Chinese, compiled at config time.
+THEME_ZH_TW = {
+    "Click to expand": "展開",
+    "Click to collapse": "收合",
+    "Skip to main content": "跳到主要內容",
+    "Back to top": "回到頁首",
+    "Search": "搜尋",
+    "Error": "錯誤",
+    "Please activate JavaScript to enable the search functionality.": "請啟用 JavaScript 以搜尋。",
+    "Breadcrumb": "導覽路徑",
+    "Home": "首頁",
+    "Edit on %(provider)s": "在 %(provider)s 上編輯",
+    "Edit": "編輯",
+    "Indices": "索引",
+    "General Index": "總索引",
+    "Global Module Index": "全域模組索引",
+    "Python Module Index": "Python 模組索引",
+    "Last updated on %(last_updated)s.": "最後更新於 %(last_updated)s。",
+    "On this page": "本頁內容",
+    "previous page": "上一頁",
+    "previous": "上一頁",
+    "next page": "下一頁",
+    "next": "下一頁",
+    "Section Navigation": "本節導覽",
+    "Show Source": "顯示原始碼",
+    "Light": "淺色",
+    "Dark": "深色",
+    "System Settings": "跟隨系統",
+    "Collapse Sidebar": "收合側欄",
+    "Expand Sidebar": "展開側欄",
+    "Version warning": "版本警告",
+    "Announcement": "公告",
+    "Site navigation": "網站導覽",
+}
+
+
+def _theme_catalog(lang: str) -> list[str]:
+    """Write build/locale/<lang>/LC_MESSAGES/sphinx.mo; return it as Sphinx's locale_dirs."""
+    if lang != "zh_TW":
+        return []
+    from babel.messages.catalog import Catalog
+    from babel.messages.mofile import write_mo
+
+    catalog = Catalog(locale="zh_Hant_TW")
+    for msgid, msgstr in THEME_ZH_TW.items():
+        catalog.add(msgid, msgstr)
+    folder = ROOT / "build" / "locale" / lang / "LC_MESSAGES"
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".sphinx.mo.{os.getpid()}"
+    with open(tmp, "wb") as f:
+        write_mo(f, catalog)
+    tmp.replace(folder / "sphinx.mo")
+    return [str(ROOT / "build" / "locale")]
+
+
 _DOWNLOAD = re.compile(r'href="(?:\.\./)*(_downloads/[0-9a-f]+/[^"/]+\.ipynb)"')
 
 
@@ -113,6 +169,9 @@ def make_config(lang: str) -> dict:
         "language": lang,
         "extensions": ["myst_nb", "sphinx_gallery.gen_gallery", "sphinx_design"],
         "html_theme": "pydata_sphinx_theme",
+        "locale_dirs": _theme_catalog(lang),
+        # Pages without sections of their own need no left sidebar.
+        "html_sidebars": {page: [] for page in ("index", "course_map", "glossary", "fx_basics")},
         "html_title": text["project"],
         "html_baseurl": f"{SITE_URL}{lang}/",
         "templates_path": [str(DOCS / "_templates")],
@@ -248,12 +307,27 @@ def _rst_to_myst(text: str) -> str:
 
 
 def _first_sentence(paragraph: str) -> str:
-    match = re.match(r"(.+?[.。!?！？])(\s|$)", paragraph)
+    match = re.match(r"(.+?(?:[.!?](?=\s|$)|[。！？]))", paragraph)
     return match[1] if match else paragraph
 
 
+def _is_cjk(char: str) -> bool:
+    return char >= "\u2e80"
+
+
 def _paragraphs(text: str) -> list[str]:
-    return [" ".join(p.split()) for p in re.split(r"\n\s*\n", text.strip()) if p.strip()]
+    """Paragraphs of a reST text, each on one line (no space where a line break split CJK text)."""
+    paragraphs = []
+    for block in re.split(r"\n\s*\n", text.strip()):
+        lines = [line.strip() for line in block.splitlines() if line.strip()]
+        if not lines:
+            continue
+        joined = lines[0]
+        for line in lines[1:]:
+            gap = "" if _is_cjk(joined[-1]) and _is_cjk(line[0]) else " "
+            joined += gap + line
+        paragraphs.append(joined)
+    return paragraphs
 
 
 def _course_map(lang: str) -> str:
@@ -268,14 +342,16 @@ def _course_map(lang: str) -> str:
         out += [f"## {title}", ""]
         if len(header) > 1:
             out += [_rst_to_myst(header[1]), ""]
-        out += ["::::{grid} 1 2 2 3", ":gutter: 3", ""]
+        out += ["::::{grid} 1 2 2 2", ":gutter: 3", ""]
         for number, script in lessons:
             doc = ast.get_docstring(ast.parse(script.read_text("utf-8"))) or script.stem
             parts = _paragraphs(doc)
             lesson_title = parts[0].split(" ===")[0].rstrip("= ").strip()
+            if not lesson_title.startswith(number):
+                lesson_title = f"{number} · {lesson_title}"
             claim = _first_sentence(parts[1]) if len(parts) > 1 else ""
             thumb = f"lessons/{folder}/images/thumb/sphx_glr_{script.stem}_thumb.svg"
-            out += [f":::{{grid-item-card}} {number} · {lesson_title}"]
+            out += [f":::{{grid-item-card}} {lesson_title}"]
             out += [f":link: {_label(script)}", ":link-type: ref", ":class-card: course-card"]
             if (DOCS / lang / thumb).exists():
                 out += [f":img-top: {thumb}", f":img-alt: {number}"]

@@ -16,9 +16,10 @@ import sys
 import threading
 import time
 import zipfile
+from html.parser import HTMLParser
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import quote, urlparse
+from urllib.parse import quote, unquote, urlparse
 
 import pytest
 
@@ -26,6 +27,7 @@ import pytest
 # shared Sphinx configuration, with the repository, the site URL and the languages.
 import course_conf
 from conftest import LANGUAGES, ROOT, lessons
+from languages import SPHINX_OPTIONS
 
 pytestmark = pytest.mark.slow
 
@@ -42,7 +44,7 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-SPHINX = [sys.executable, "-m", "sphinx", "-b", "html", "-W", "--keep-going", "-q"]
+SPHINX = [sys.executable, "-m", "sphinx", *SPHINX_OPTIONS]
 TWIN = re.compile(r'<a class="nav-link course-language-switch" href="([^"]+)"')
 
 
@@ -123,6 +125,54 @@ def lesson_pages(lang: str) -> list[Path]:
 
 
 # ----------------------------------------------------------------------------- static checks
+
+
+class _Links(HTMLParser):
+    """Collects the ids a page defines and the local links (href/src) it makes."""
+
+    def __init__(self):
+        super().__init__()
+        self.ids, self.links = set(), []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if attrs.get("id"):
+            self.ids.add(attrs["id"])
+        if tag == "a" and attrs.get("name"):
+            self.ids.add(attrs["name"])
+        for key in ("href", "src"):
+            value = attrs.get(key)
+            if value and not urlparse(value).scheme and not value.startswith("//"):
+                self.links.append(value)
+
+
+def test_every_internal_link_and_anchor_resolves(site):
+    parsed: dict[Path, _Links] = {}
+
+    def parse(page: Path) -> _Links:
+        if page not in parsed:
+            parsed[page] = _Links()
+            parsed[page].feed(page.read_text(encoding="utf-8"))
+        return parsed[page]
+
+    broken = []
+    # Pages only: _static holds the theme's own template fragments, not pages.
+    html_pages = sorted(p for p in site.rglob("*.html") if "_static" not in p.parts)
+    assert len(html_pages) > 20
+    for page in html_pages:
+        if page.name == "404.html":  # its links are absolute site paths, checked in test_site_root
+            continue
+        for link in parse(page).links:
+            parts = urlparse(link)  # drops ?v=... cache busters from the path
+            path, anchor = unquote(parts.path), unquote(parts.fragment)
+            target = (page.parent / path).resolve() if path else page
+            if target.is_dir():
+                target = target / "index.html"
+            if not target.exists():
+                broken.append(f"{page.relative_to(site)}: {link} (no such file)")
+            elif anchor and target.suffix == ".html" and anchor not in parse(target).ids:
+                broken.append(f"{page.relative_to(site)}: {link} (no such anchor)")
+    assert not broken, "broken internal links:\n" + "\n".join(broken[:50])
 
 
 def test_site_root(site):

@@ -7,7 +7,7 @@ from pathlib import Path
 import graphviz
 import torch
 
-__all__ = ["GraphvizMissingError", "draw", "gallery_reset", "gallery_scraper", "to_dot"]
+__all__ = ["GraphvizMissingError", "draw", "to_dot"]
 
 # One family list for dot (which measures the text with the first font it finds) and for
 # the browser (which reads the same list from the SVG): CJK labels keep their size.
@@ -210,25 +210,3 @@ def draw(gm, highlight=(), title=None) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         index = len(list(folder.glob("graph_*.svg"))) + 1
         (folder / f"graph_{index:03d}.svg").write_text(svg, encoding="utf-8")
-
-
-def gallery_reset(gallery_conf, fname) -> None:
-    """sphinx-gallery ``reset_modules`` hook: quiet the stack, start collecting pictures."""
-    from common.pt2e import quiet
-
-    quiet()
-    _collector.active = True
-    _collector.pictures.clear()
-
-
-def gallery_scraper(block, block_vars, gallery_conf) -> str:
-    """sphinx-gallery image scraper: write this cell's pictures as SVG, return their reST."""
-    from sphinx_gallery.scrapers import figure_rst
-
-    rst = ""
-    for svg, title in _collector.pictures:
-        path = Path(next(block_vars["image_path_iterator"])).with_suffix(".svg")
-        path.write_text(svg, encoding="utf-8")
-        rst += figure_rst([str(path)], gallery_conf["src_dir"], fig_titles=title)
-    _collector.pictures.clear()
-    return rst

@@ -219,6 +219,9 @@ def make_config(lang: str) -> dict:
         "html_show_sourcelink": False,
         # jieba segments Chinese words for the search index; English keeps the default.
         "html_search_language": "zh" if lang == "zh_TW" else "en",
+        # Sphinx would load jieba's own dictionary a second time as a "user" dictionary
+        # (seconds on every zh build); jieba already uses it.
+        "html_search_options": {"dict": ""} if lang == "zh_TW" else {},
         "exclude_patterns": [
             "_build",
             # The gallery writes its .py/.ipynb downloads next to the pages; they are not
@@ -240,8 +243,8 @@ def make_config(lang: str) -> dict:
             "gallery_dirs": "lessons",
             "filename_pattern": r"/m\d\d_\d+_",
             "ignore_pattern": r"__init__\.py",
-            "image_scrapers": ("common.viz.gallery_scraper",),
-            "reset_modules": ("common.viz.gallery_reset",),
+            "image_scrapers": ("common.gallery.scraper",),
+            "reset_modules": ("common.gallery.reset",),
             # A lesson that raises must fail the build, never become a page with a traceback.
             "abort_on_example_error": True,
             "only_warn_on_example_error": False,

@@ -204,8 +204,9 @@ assert same(hand_scales, scales) and same(hand_zero_points, zero_points), "by ha
 # that scale. Narrow channels get a much finer grid.
 
 widest = int(torch.max(-per_channel_min, per_channel_max).argmax())
-print(f"per-tensor symmetric scale {symmetric_scale.item():.5f}; per-channel finest")
-print(f"{scales.min().item():.5f}, widest (channel {widest}) {scales[widest].item():.5f}")
+print(f"per-tensor symmetric scale: {symmetric_scale.item():.5f}")
+finest, widest_scale = scales.min().item(), scales[widest].item()
+print(f"per-channel: finest {finest:.5f}, widest (channel {widest}) {widest_scale:.5f}")
 assert (scales <= symmetric_scale).all() and scales[widest] == symmetric_scale
 
 # %%

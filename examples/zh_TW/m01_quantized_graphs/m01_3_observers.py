@@ -192,7 +192,7 @@ assert symmetric_scale >= affine_scale
 obs = observers["per-channel"]
 scales, zero_points = obs.calculate_qparams()
 hand_scales, hand_zero_points = qparams_by_hand(obs.min_val, obs.max_val, -128, 127, True)
-print(f"scales: {[round(v, 5) for v in scales.tolist()]}")
+print(f"各 channel 的 scale：{[round(v, 5) for v in scales.tolist()]}")
 assert same(hand_scales, scales) and same(hand_zero_points, zero_points), "親手算 == 函式庫"
 
 # %%
@@ -200,8 +200,9 @@ assert same(hand_scales, scales) and same(hand_zero_points, zero_points), "親�
 # symmetric scale，而絕對值最大的那個 channel 剛好等於它。範圍窄的 channel 刻度細得多。
 
 widest = int(torch.max(-per_channel_min, per_channel_max).argmax())
-print(f"per-tensor symmetric scale {symmetric_scale.item():.5f}；per-channel 最細")
-print(f"{scales.min().item():.5f}，最寬（channel {widest}）{scales[widest].item():.5f}")
+print(f"per-tensor symmetric 的 scale：{symmetric_scale.item():.5f}")
+finest, widest_scale = scales.min().item(), scales[widest].item()
+print(f"per-channel：最細 {finest:.5f}，最寬（channel {widest}）{widest_scale:.5f}")
 assert (scales <= symmetric_scale).all() and scales[widest] == symmetric_scale
 
 # %%

@@ -45,17 +45,36 @@ def export_module(model: nn.Module, args: tuple) -> torch.fx.GraphModule:
     return program.module()
 
 
-def calibrate(model: torch.fx.GraphModule, *, batches: int = 4, batch: int = 8) -> None:
+def calibrate(model: torch.fx.GraphModule, *, batches: int = 4, batch: int | None = None) -> None:
     """Feed ``batches`` deterministic image batches through a prepared model.
 
     Batch ``i`` is ``example_inputs(batch, seed=i)``, so two models calibrated with the
     same arguments have seen exactly the same data (the lessons compare them bit by bit).
+
+    Args:
+        model: an exported (usually prepared) ``GraphModule``.
+        batches: how many batches to feed.
+        batch: images per batch; by default the batch size the model was exported with,
+            the only one its graph accepts.
     """
     from common.models import example_inputs
 
+    if batch is None:
+        batch = _exported_batch(model)
     with torch.no_grad():
         for seed in range(batches):
             model(*example_inputs(batch, seed=seed))
+
+
+def _exported_batch(model: torch.fx.GraphModule) -> int:
+    for node in model.graph.find_nodes(op="placeholder"):
+        value = node.meta.get("val")
+        if isinstance(value, torch.Tensor) and value.dim() > 0:
+            return int(value.shape[0])
+    raise ValueError(
+        "cannot tell which batch size this model was exported with; "
+        "pass it: calibrate(model, batch=N)"
+    )
 
 
 def x86_quantizer():

@@ -9,7 +9,7 @@ import torch
 
 import common
 from common.models import MODEL_NAMES, example_inputs, get_model
-from common.pt2e import export_module, quiet
+from common.pt2e import calibrate, export_module, quiet
 from common.viz import GraphvizMissingError, draw, to_dot
 
 from conftest import ROOT, needs_dot
@@ -95,6 +95,20 @@ def test_export_failure_says_what_to_do():
     with pytest.raises(RuntimeError, match=r"torch\.export could not trace DataDependent") as info:
         export_module(DataDependent(), example_inputs(1))
     assert "torch.cond" in str(info.value)
+
+
+def test_calibrate_feeds_the_batch_size_the_model_was_exported_with():
+    gm = export_module(get_model("conv_relu"), example_inputs(3))
+    seen = []
+    gm.register_forward_pre_hook(lambda module, args: seen.append(args[0].shape[0]))
+    calibrate(gm, batches=2)
+    assert seen == [3, 3]
+
+
+def test_calibrate_asks_for_the_batch_when_the_graph_does_not_tell():
+    gm = torch.fx.symbolic_trace(get_model("conv_relu"))  # no example values recorded
+    with pytest.raises(ValueError, match=r"pass it: calibrate\(model, batch=N\)"):
+        calibrate(gm)
 
 
 def test_quiet_drops_only_the_known_noise(caplog):

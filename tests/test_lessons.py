@@ -2,6 +2,7 @@
 
 import ast
 import os
+import re
 import subprocess
 import sys
 
@@ -63,3 +64,44 @@ def test_lesson_runs_as_a_plain_script(lang, relative, tmp_path):
     assert result.returncode == 0, f"{script} failed:\n{result.stderr[-3000:]}"
     assert result.stderr == "", f"{script} wrote to stderr:\n{result.stderr[-3000:]}"
     assert list(tmp_path.glob("*.svg")), f"{script} drew no picture"
+
+
+def glossary(lang: str) -> list[tuple[list[str], str]]:
+    """(terms, lesson number) per entry of docs/<lang>/glossary.md that names a lesson."""
+    text = (EXAMPLES.parent / "docs" / lang / "glossary.md").read_text(encoding="utf-8")
+    entries, terms = [], []
+    for block in re.findall(r"```\{glossary\}\n(.*?)```", text, re.S):
+        for line in block.splitlines():
+            if line.startswith("  "):  # the definition closes the entry's term lines
+                number = re.search(r"\{lesson\}`(M\d\d-\d+)`", line)
+                if number:
+                    entries.append((terms, number[1]))
+                terms = []
+            elif line.strip():
+                terms.append(line.strip())
+    return entries
+
+
+def squeezed(text: str) -> str:
+    """Lower case without comment marks, spaces, '_' or '-': "erase node" matches ``erase_node``
+    and a term that wraps onto the next comment line."""
+    text = re.sub(r"^\s*# ?", "", text, flags=re.MULTILINE)
+    return re.sub(r"[\s_\-]", "", text.lower())
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_each_glossary_term_is_used_by_the_lesson_that_introduces_it(lang):
+    scripts = {
+        f"M{m[1]}-{m[2]}": EXAMPLES / lang / path
+        for path in lessons(lang)
+        if (m := re.match(r"m(\d\d)_(\d+)_", path.name))
+    }
+    entries = glossary(lang)
+    assert len(entries) >= 40
+    unused = [
+        f"{terms[0]} ({number})"
+        for terms, number in entries
+        if number not in scripts
+        or not any(squeezed(t) in squeezed(scripts[number].read_text("utf-8")) for t in terms)
+    ]
+    assert not unused, f"glossary terms their lesson never uses: {unused}"

@@ -70,7 +70,8 @@ assert placeholders[-1] == "x", "the user input comes last, named as in forward(
 # Step 2 — Read the graph signature
 # ---------------------------------
 # ``program.graph_signature`` says what each input is: a ``PARAMETER``, a ``BUFFER`` or a
-# ``USER_INPUT``, and for the lifted ones, which attribute of the model it stands for.
+# ``USER_INPUT``, and for each lifted parameter or buffer, which attribute of the model it
+# stands for.
 
 signature = program.graph_signature
 for spec in signature.input_specs:
@@ -193,7 +194,7 @@ assert hook_error is not None and f"to be equal to {x.shape[0]}" in hook_error
 #
 # Step 5 — Read the graph as code
 # -------------------------------
-# ``gm.code`` is the Python source of the generated ``forward``: one line per node, in graph
+# ``gm.code`` is the generated code, the Python source of ``forward``: one line per node, in graph
 # order. The ``get_attr`` nodes are the ``self.conv.weight`` lines.
 
 print(gm.code.strip())

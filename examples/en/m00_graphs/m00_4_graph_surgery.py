@@ -78,8 +78,8 @@ assert list(relu.users) == [nodes["output"]], "only output reads relu"
 # Step 1 — Insert a node
 # ----------------------
 # The module a ``call_module`` node calls must first be attached to the GraphModule with
-# ``add_submodule``. Nodes created inside ``graph.inserting_after(relu)`` are placed right
-# after relu.
+# ``add_submodule``. ``graph.inserting_after(relu)`` sets the insertion point: nodes created
+# inside it are placed right after relu.
 
 gm.add_submodule("scale_out", Scale(2.0))
 with graph.inserting_after(relu):
@@ -225,9 +225,10 @@ assert torch.equal(gm.get_buffer("two"), torch.tensor(2.0))
 # %%
 # Step 6 — Clean up and check
 # ---------------------------
-# Insert a ``neg`` that nobody reads, then remove it with ``eliminate_dead_code``, which
-# deletes every node that has no users and no side effects. ``lint`` checks the structure of
-# the graph (every node defined before it is used, and more) and raises if something is off.
+# Insert a ``neg`` that nobody reads, then remove it by dead code elimination:
+# ``eliminate_dead_code`` deletes every node that has no users and no side effects.
+# ``lint`` checks the structure of the graph (every node defined before it is used, and more)
+# and raises if something is off.
 
 with graph.inserting_after(relu):
     graph.call_function(torch.ops.aten.neg.default, (relu,))

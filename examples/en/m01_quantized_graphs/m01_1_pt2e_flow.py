@@ -3,8 +3,8 @@ M01-1 The PT2E flow end to end
 ==============================
 
 Quantizing a model with PT2E takes four calls: ``torch.export`` captures the graph,
-``prepare_pt2e`` folds BatchNorm away and inserts an observer on every edge the quantizer
-wants quantized, a few calibration batches let the observers record statistics, and
+``prepare_pt2e`` removes BatchNorm (BatchNorm folding) and inserts an observer on every edge
+the quantizer wants quantized, a few calibration batches let the observers record statistics, and
 ``convert_pt2e`` replaces each observer with a quantize/dequantize pair whose scale and zero
 point come from those statistics. This lesson runs the four calls on ``small_cnn`` with
 torchao's ``X86InductorQuantizer``, draws the graph after each one and counts its nodes.

@@ -137,7 +137,8 @@ for dq in weight_dqs:
 # ------------------------------------
 # The op, in ``torch/ao/quantization/fx/_decomposed.py`` (imported by torchao), does five
 # things in this order: multiply by ``1.0 / scale``, round (halves go to the even neighbour),
-# add the zero point, clamp to ``quant_min..quant_max``, cast. Dequantize casts to float32,
+# add the zero point, clamp to ``quant_min..quant_max``, cast. Rounding and clamping are the
+# only steps that lose information. Dequantize casts to float32,
 # subtracts the zero point and multiplies by the scale.
 
 

@@ -143,10 +143,11 @@ print(f"histogram: {observers['histogram'].histogram.numel()} bins")
 # Step 3 — MinMax, affine and symmetric, by hand
 # ----------------------------------------------
 # ``_calculate_qparams`` in ``observer.py`` first stretches the range to include 0 (zero must
-# be exactly representable). Affine: the range is split into ``quant_max - quant_min`` steps and
-# the zero point is the integer that lands on 0. Symmetric: the range is made symmetric
-# around 0 and the zero point is 0 (for int8). In both, the scale is at least ``eps``. The
-# function below copies the library's operations in the library's order.
+# be exactly representable). Affine quantization: the range is split into
+# ``quant_max - quant_min`` steps and the zero point is the integer that lands on 0. Symmetric
+# quantization: the range is made symmetric around 0 and the zero point is 0 (for int8).
+# In both, the scale is at least ``eps``. The function below copies the library's operations
+# in the library's order.
 
 
 def qparams_by_hand(min_val, max_val, quant_min, quant_max, symmetric):

@@ -72,9 +72,9 @@ draw(gm, highlight=["conv2d"], title="Step 1: batch_norm folded into conv2d")
 # %%
 # Step 2 — Collect the places to observe
 # --------------------------------------
-# After ``annotate``, every input edge in an ``input_qspec_map`` and every non-``None``
-# ``output_qspec`` is a place that needs an observer. ``handmade.collect_qspecs`` lists them in
-# graph order.
+# After ``annotate``, every input edge in an ``input_qspec_map`` (an observed edge) and every
+# non-``None`` ``output_qspec`` is a place that needs an observer.
+# ``handmade.collect_qspecs`` lists them in graph order.
 
 quantizer = CourseQuantizer()
 quantizer.annotate(gm)

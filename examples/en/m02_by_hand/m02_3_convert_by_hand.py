@@ -174,8 +174,8 @@ assert gm.code == before, "no dequantize of small_cnn has two users"
 # Step 5 — Quantize the weights ahead of time
 # -------------------------------------------
 # ``get_attr(weight) → quantize`` depends on nothing but constants, so its result can be
-# computed once now and stored: an int8 tensor ``_frozen_param0``, read by a ``get_attr`` that
-# keeps the quantize node's name. The float weight is no longer read by the graph.
+# computed once now and stored: an int8 frozen parameter ``_frozen_param0``, read by a
+# ``get_attr`` that keeps the quantize node's name. The float weight is no longer read by the graph.
 
 q_w = next(n for n in gm.graph.nodes if n.target == qd.quantize_per_channel.default)
 weight = gm.conv.weight

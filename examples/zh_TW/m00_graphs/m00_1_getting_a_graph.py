@@ -67,7 +67,7 @@ assert placeholders[-1] == "x", "使用者的輸入排最後，名字和 forward
 # 步驟 2 — 讀 graph signature
 # ---------------------------
 # ``program.graph_signature`` 說明每個輸入是什麼：``PARAMETER`` 、``BUFFER`` 或
-# ``USER_INPUT`` ；被提升的輸入還會註明它代表模型的哪個屬性。
+# ``USER_INPUT`` ；提升的參數與 buffer 還會註明它代表模型的哪個屬性。
 
 signature = program.graph_signature
 for spec in signature.input_specs:
@@ -189,7 +189,7 @@ assert hook_error is not None and f"to be equal to {x.shape[0]}" in hook_error
 #
 # 步驟 5 — 把圖讀成程式碼
 # -----------------------
-# ``gm.code`` 是產生出來的 ``forward`` 的 Python 原始碼：依圖的順序，一個 node 一行。
+# ``gm.code`` 是產生的程式碼，也就是 ``forward`` 的 Python 原始碼：依圖的順序，一個 node 一行。
 # ``self.conv.weight`` 這類的行就是 ``get_attr`` node。
 
 print(gm.code.strip())

@@ -74,7 +74,7 @@ assert list(relu.users) == [nodes["output"]], "只有 output 讀 relu"
 # 步驟 1 — 插入新 node
 # --------------------
 # ``call_module`` 要呼叫的模組必須先用 ``add_submodule`` 掛到 GraphModule 上。
-# 在 ``graph.inserting_after(relu)`` 區塊裡建立的 node 會排在 relu 後面。
+# ``graph.inserting_after(relu)`` 設定插入點：在這個區塊裡建立的 node 會排在 relu 後面。
 
 gm.add_submodule("scale_out", Scale(2.0))
 with graph.inserting_after(relu):
@@ -218,8 +218,9 @@ assert torch.equal(gm.get_buffer("two"), torch.tensor(2.0))
 # %%
 # 步驟 6 — 清理與檢查
 # -------------------
-# 故意插入一個沒有人讀的 ``neg``，再用 ``eliminate_dead_code`` 清掉；它會刪除所有沒有使用者、
-# 也沒有副作用的 node。``lint`` 則檢查圖的結構（例如每個 node 都先定義再使用），有問題就丟例外。
+# 故意插入一個沒有人讀的 ``neg``，再用死碼消除（``eliminate_dead_code``）清掉；
+# 它會刪除所有沒有使用者、也沒有副作用的 node。``lint`` 則檢查圖的結構
+# （例如每個 node 都先定義再使用），有問題就丟例外。
 
 with graph.inserting_after(relu):
     graph.call_function(torch.ops.aten.neg.default, (relu,))

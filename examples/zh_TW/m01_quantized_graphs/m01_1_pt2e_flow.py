@@ -174,8 +174,8 @@ assert torch.equal(input_observer.min_val, seen.min()), "所有校準圖片的�
 assert torch.equal(input_observer.max_val, seen.max()), "所有校準圖片的最大值"
 
 # %%
-# 步驟 4 — convert_pt2e：observer 變成 q/dq 節點
-# -----------------------------------------------
+# 步驟 4 — convert_pt2e：observer 變成 q/dq 節點對
+# -------------------------------------------------
 # ``convert_pt2e`` 同樣會原地修改輸入；對副本做 convert，``prepared`` 才能留到步驟 6。
 # 紅色是 quantize 節點、綠色是 dequantize 節點；per-tensor 的節點會標出 scale 和 zero point。
 

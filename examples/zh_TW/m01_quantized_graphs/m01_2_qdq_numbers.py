@@ -139,7 +139,8 @@ for dq in weight_dqs:
 # -----------------------------------
 # 這個 op 定義在 ``torch/ao/quantization/fx/_decomposed.py`` （torchao 會匯入它），依序做
 # 五件事：乘上 ``1.0 / scale`` 、四捨五入（剛好一半時取偶數）、加上 zero point、截到
-# ``quant_min..quant_max`` 、轉型。dequantize 則是轉成 float32、減去 zero point、乘上 scale。
+# ``quant_min..quant_max`` 、轉型；會丟失資訊的只有捨入與截斷這兩步。
+# dequantize 則是轉成 float32、減去 zero point、乘上 scale。
 
 
 def quantize_by_hand(x, scale, zero_point, quant_min, quant_max, dtype):

@@ -143,9 +143,9 @@ print(f"直方圖：{observers['histogram'].histogram.numel()} 格")
 # 步驟 3 — 親手算 MinMax 的 affine 與 symmetric
 # ---------------------------------------------
 # ``observer.py`` 的 ``_calculate_qparams`` 先把範圍撐開到包含 0（0 必須能被精確表示）。
-# affine：把範圍切成 ``quant_max - quant_min`` 格，zero point 是剛好落在 0 的那個整數。
-# symmetric：把範圍撐成以 0 為中心對稱，zero point 是 0（int8 的情況）。兩者的 scale 都不小於
-# ``eps`` 。下面的函式照函式庫的運算、照同樣的順序寫。
+# affine（仿射量化）：把範圍切成 ``quant_max - quant_min`` 格，zero point 是剛好落在 0 的那個整數。
+# symmetric（對稱量化）：把範圍撐成以 0 為中心對稱，zero point 是 0（int8 的情況）。
+# 兩者的 scale 都不小於 ``eps`` 。下面的函式照函式庫的運算、照同樣的順序寫。
 
 
 def qparams_by_hand(min_val, max_val, quant_min, quant_max, symmetric):

@@ -71,7 +71,7 @@ draw(gm, highlight=["conv2d"], title="步驟 1：batch_norm 併進 conv2d")
 # %%
 # 步驟 2 — 列出要觀察的地方
 # --------------------------
-# ``annotate`` 之後， ``input_qspec_map`` 裡的每條輸入邊、每個不是 ``None`` 的
+# ``annotate`` 之後， ``input_qspec_map`` 裡的每條輸入邊（被觀察的邊）、每個不是 ``None`` 的
 # ``output_qspec`` ，都是需要 observer 的地方。 ``handmade.collect_qspecs`` 依圖的順序列出它們。
 
 quantizer = CourseQuantizer()
@@ -155,7 +155,8 @@ draw(gm, highlight=[f"activation_post_process_{i}" for i in range(3)], title="�
 # 步驟 7 — 沿用，以及交給 handmade 做完其餘部分
 # ----------------------------------------------
 # pooling 的輸入邊屬於 relu 的群組，而 relu 的 observer 已經在這條邊上了：不插新 node。
-# pooling 的輸出也在同一群組，所以它得到同一個 observer 物件的「第二次呼叫」，換一個名字。
+# pooling 的輸出也在同一群組，所以它得到同一個 observer 物件（共用觀察器）的
+# 「第二次呼叫」，換一個名字。
 # ``handmade.observe_node`` 就是針對單一 node 處理這些情況；我們用它處理 pooling、flatten
 # 和 linear。
 

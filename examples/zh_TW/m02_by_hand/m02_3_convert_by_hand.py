@@ -170,7 +170,7 @@ assert gm.code == before, "small_cnn 沒有任何 dequantize 有兩個下游"
 # %%
 # 步驟 5 — 預先量化 weight
 # ------------------------
-# ``get_attr(weight) → quantize`` 只依賴常數，所以結果可以現在就算好存起來：一個 int8 tensor
+# ``get_attr(weight) → quantize`` 只依賴常數，所以結果可以現在就算好存起來：一個 int8 的凍結參數
 # ``_frozen_param0`` ，由一個沿用 quantize node 名字的 ``get_attr`` 讀取。
 # 浮點 weight 從此不再被圖讀取。
 

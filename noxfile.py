@@ -1,7 +1,6 @@
 """nox sessions: build the site, run the tests, lint (nox -l lists them)."""
 
 import hashlib
-import subprocess
 import sys
 import time
 import tomllib
@@ -11,7 +10,7 @@ import nox
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "docs"))
-from languages import LANGUAGES, SPHINX_OPTIONS  # noqa: E402
+from languages import build_site  # noqa: E402
 
 BUILD = ROOT / "build" / "html"
 PYTHON = "3.11"
@@ -31,34 +30,19 @@ def install(session: nox.Session, extras: str) -> None:
     stamp.write_text(wanted)
 
 
-def build_languages(session: nox.Session, languages: list[str], sphinx_args: list[str]) -> None:
-    """Run one sphinx-build per language, all at once (one process per core)."""
-    python = str(Path(session.bin) / "python")
-    running = {}
-    for lang in languages:
-        command = [python, "-m", "sphinx", *SPHINX_OPTIONS]
-        command += [*sphinx_args, str(ROOT / "docs" / lang), str(BUILD / lang)]
-        session.log(" ".join(command))
-        running[lang] = subprocess.Popen(
-            command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
-    failed = []
-    for lang, process in running.items():
-        output, _ = process.communicate()
-        if output.strip():
-            print(f"--- sphinx-build {lang} ---\n{output.rstrip()}", flush=True)
-        if process.returncode:
-            failed.append(lang)
-    if failed:
-        session.error(f"the {', '.join(failed)} build failed; its messages are printed above")
-
-
 @nox.session(python=PYTHON)
 def docs(session: nox.Session) -> None:
     """Build the site in both languages into build/html (args go to sphinx-build)."""
     install(session, "docs")
     started = time.perf_counter()
-    build_languages(session, list(LANGUAGES), session.posargs)  # each writes the site root too
+    # Each language build also writes the site root (index.html, 404.html, sitemap.xml).
+    results = build_site(str(Path(session.bin) / "python"), BUILD, session.posargs)
+    for lang, (_, output) in results.items():
+        if output.strip():
+            print(f"--- sphinx-build {lang} ---\n{output.rstrip()}", flush=True)
+    failed = [lang for lang, (code, _) in results.items() if code]
+    if failed:
+        session.error(f"the {', '.join(failed)} build failed; its messages are printed above")
     session.log(f"site built in {time.perf_counter() - started:.1f} s: {BUILD / 'index.html'}")
 
 

@@ -11,7 +11,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import threading
 import time
@@ -27,7 +26,7 @@ import pytest
 # shared Sphinx configuration, with the repository, the site URL and the languages.
 import course_conf
 from conftest import LANGUAGES, ROOT, lessons
-from languages import SPHINX_OPTIONS
+from languages import build_site
 
 pytestmark = pytest.mark.slow
 
@@ -44,7 +43,6 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-SPHINX = [sys.executable, "-m", "sphinx", *SPHINX_OPTIONS]
 TWIN = re.compile(r'<a class="nav-link course-language-switch" href="([^"]+)"')
 
 
@@ -72,23 +70,10 @@ def build_stamp(html: Path) -> float | None:
     return min(stamp.stat().st_mtime for stamp in stamps)
 
 
-def build_site(html: Path) -> None:
-    """sphinx-build both languages at once, as nox -s docs does (-W: warnings are errors)."""
-    running = {
-        lang: subprocess.Popen(
-            [*SPHINX, str(ROOT / "docs" / lang), str(html / lang)],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for lang in LANGUAGES
-    }
-    failed = {}
-    for lang, process in running.items():
-        output, _ = process.communicate()
-        if process.returncode:
-            failed[lang] = output[-5000:]
+def build_both(html: Path) -> None:
+    """Build the site as nox -s docs does (both languages at once, -W)."""
+    results = build_site(sys.executable, html)
+    failed = {lang: output[-5000:] for lang, (code, output) in results.items() if code}
     if failed:
         pytest.fail(
             "the site does not build:\n" + "\n".join(f"--- {k}\n{v}" for k, v in failed.items())
@@ -105,7 +90,7 @@ def site(tmp_path_factory) -> Path:
         return BUILT
     html = tmp_path_factory.mktemp("site") / "html"
     started = time.perf_counter()
-    build_site(html)
+    build_both(html)
     print(f"built the site into {html} in {time.perf_counter() - started:.0f} s")
     return html
 

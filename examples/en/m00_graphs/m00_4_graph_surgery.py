@@ -228,7 +228,9 @@ assert torch.equal(gm.get_buffer("two"), torch.tensor(2.0))
 # Insert a ``neg`` that nobody reads, then remove it by dead code elimination:
 # ``eliminate_dead_code`` deletes every node that has no users and no side effects.
 # ``lint`` checks the structure of the graph (every node defined before it is used, and more)
-# and raises if something is off.
+# and raises if something is off. With ``neg`` the graph has 10 nodes: ``x``, the two
+# ``get_attr`` weights, ``_guards_fn``, ``conv2d``, ``relu``, ``two``, ``mul_tensor``, ``neg``
+# and ``output``.
 
 with graph.inserting_after(relu):
     graph.call_function(torch.ops.aten.neg.default, (relu,))

@@ -220,7 +220,9 @@ assert torch.equal(gm.get_buffer("two"), torch.tensor(2.0))
 # -------------------
 # 故意插入一個沒有人讀的 ``neg``，再用死碼消除（``eliminate_dead_code``）清掉；
 # 它會刪除所有沒有使用者、也沒有副作用的 node。``lint`` 則檢查圖的結構
-# （例如每個 node 都先定義再使用），有問題就丟例外。
+# （例如每個 node 都先定義再使用），有問題就丟例外。加上 ``neg`` 之後圖裡有 10 個 node：
+# ``x`` 、兩個讀 weight 的 ``get_attr`` 、 ``_guards_fn`` 、 ``conv2d`` 、 ``relu`` 、 ``two`` 、
+# ``mul_tensor`` 、 ``neg`` 和 ``output`` 。
 
 with graph.inserting_after(relu):
     graph.call_function(torch.ops.aten.neg.default, (relu,))

@@ -28,6 +28,11 @@ from course_conf import (
 )
 from languages import LANGUAGES
 
+try:
+    import fcntl
+except ImportError:  # not on Windows: there the two builds' kernels run unguarded
+    fcntl = None
+
 # A lesson page links its notebook download; Colab opens the published copy of it.
 _DOWNLOAD = re.compile(r'href="(?:\.\./)*(_downloads/[0-9a-f]+/[^"/]+\.ipynb)"')
 
@@ -39,9 +44,35 @@ def setup(app) -> dict:
     app.connect("builder-inited", lambda app: _forget_stale_notebooks(app, lang), priority=100)
     app.connect("builder-inited", lambda app: _module_zips(app, lang), priority=900)
     app.connect("source-read", lambda app, docname, source: _source_read(lang, docname, source))
+    app.connect("source-read", _hold_kernel_lock)
+    app.connect("doctree-read", _release_kernel_lock)
     app.connect("env-get-outdated", lambda *args: ["course_map", "glossary"])
     app.connect("build-finished", lambda app, exc: _build_finished(app, lang, exc))
     return {"parallel_read_safe": True, "parallel_write_safe": True}
+
+
+# MyST notebook pages run a Jupyter kernel while they are read. The two language builds run at
+# once, and jupyter_client picks a kernel's TCP ports before the kernel binds them: meanwhile
+# the other build's kernel connections can take one ("Address already in use"). So a build
+# holds this lock from reading such a page until its doctree is done (the kernel is shut down
+# by then); pages served from the execution cache start no kernel and wait only briefly.
+_KERNEL_LOCK = ROOT / "build" / ".kernel.lock"
+_held_locks = {}
+
+
+def _hold_kernel_lock(app, docname: str, source: list[str]) -> None:
+    if fcntl is None or "\nkernelspec:" not in source[0][:2000]:
+        return
+    _KERNEL_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(_KERNEL_LOCK, "w")
+    fcntl.flock(handle, fcntl.LOCK_EX)
+    _held_locks[docname] = handle
+
+
+def _release_kernel_lock(app, doctree) -> None:
+    handle = _held_locks.pop(app.env.docname, None)
+    if handle is not None:
+        handle.close()  # closing the file releases the lock
 
 
 def _page_context(lang, app, pagename, templatename, context, doctree) -> None:

@@ -32,10 +32,6 @@ class GraphvizMissingError(RuntimeError):
     """Raised when the Graphviz ``dot`` program is not installed."""
 
 
-def _is_graph_module(gm) -> bool:
-    return isinstance(gm, torch.fx.GraphModule)
-
-
 def _kind(gm: torch.fx.GraphModule, node: torch.fx.Node) -> str:
     if node.op == "call_module":
         module = gm.get_submodule(node.target) if isinstance(node.target, str) else None
@@ -116,7 +112,7 @@ def to_dot(gm, *, highlight=(), title=None) -> graphviz.Digraph:
     >>> "‹conv_weight›" in dot.source, "\\tconv_weight [" in dot.source
     (True, False)
     """
-    if not _is_graph_module(gm):
+    if not isinstance(gm, torch.fx.GraphModule):
         raise TypeError(
             f"draw needs a torch.fx.GraphModule, got {type(gm).__name__}; "
             "for an ExportedProgram pass program.module()"

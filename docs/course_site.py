@@ -9,7 +9,6 @@ import ast
 import json
 import os
 import re
-import shutil
 import zipfile
 from pathlib import Path
 from urllib.parse import urlparse
@@ -267,8 +266,7 @@ def _build_finished(app, lang: str, exc) -> None:
     if out.name != lang:
         return
     root = out.parent
-    shutil.copyfile(DOCS / "index.html", root / f".index.html.{os.getpid()}")
-    (root / f".index.html.{os.getpid()}").replace(root / "index.html")
+    _write(root / "index.html", (DOCS / "index.html").read_text("utf-8"))
     site_path = urlparse(SITE_URL).path
     _write(
         root / "404.html", (DOCS / "404.html").read_text("utf-8").replace("/SITE_PATH/", site_path)

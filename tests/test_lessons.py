@@ -1,6 +1,7 @@
 """Every lesson has a twin with identical code, and runs as a plain script in both languages."""
 
 import ast
+import json
 import os
 import re
 import subprocess
@@ -8,12 +9,17 @@ import sys
 
 import pytest
 
-from conftest import ALL_LESSONS, EXAMPLES, LANGUAGES, lessons
+from conftest import ALL_LESSONS, EXAMPLES, LANGUAGES, exercise_solutions, lessons
 
 
 def code_only(path) -> str:
     """The lesson's AST with docstrings and all string constants blanked; comments are gone."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return code_only_text(path.read_text(encoding="utf-8"))
+
+
+def code_only_text(code: str) -> str:
+    """The AST of ``code`` with all string constants blanked (comments are not in it)."""
+    tree = ast.parse(code)
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             node.value = ""
@@ -105,3 +111,53 @@ def test_each_glossary_term_is_used_by_the_lesson_that_introduces_it(lang):
         or not any(squeezed(t) in squeezed(scripts[number].read_text("utf-8")) for t in terms)
     ]
     assert not unused, f"glossary terms their lesson never uses: {unused}"
+
+
+# Runs a lesson as __main__ in a fresh interpreter, then its exercise solutions in its namespace.
+RUN_WITH_SOLUTIONS = """
+import json, runpy, sys
+script, solutions = sys.argv[1], json.loads(sys.argv[2])
+namespace = runpy.run_path(script, run_name="__main__")
+for number, code in enumerate(solutions, 1):
+    exec(compile(code, f"{script} (solution {number})", "exec"), namespace)
+"""
+
+WITH_SOLUTIONS = [
+    (lang, path) for lang, path in ALL_LESSONS if exercise_solutions(EXAMPLES / lang / path)
+]
+
+
+@pytest.mark.parametrize("relative", lessons("en"), ids=str)
+def test_twins_have_identical_solutions(relative):
+    reference = exercise_solutions(EXAMPLES / "en" / relative)
+    for lang in LANGUAGES:
+        twin = exercise_solutions(EXAMPLES / lang / relative)
+        assert [code_only_text(c) for c in twin] == [code_only_text(c) for c in reference], (
+            f"{lang} and en exercise solutions differ in {relative}"
+        )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("lang", "relative"), WITH_SOLUTIONS, ids=lambda v: str(v))
+def test_exercise_solutions_pass(lang, relative, tmp_path):
+    script = EXAMPLES / lang / relative
+    solutions = exercise_solutions(script)
+    env = {**os.environ, "PT2E_COURSE_DRAW_DIR": str(tmp_path)}
+    result = subprocess.run(
+        [sys.executable, "-c", RUN_WITH_SOLUTIONS, str(script), json.dumps(solutions)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, f"a solution of {script} failed:\n{result.stderr[-3000:]}"
+
+
+def test_solutions_are_found(tmp_path):
+    lesson = tmp_path / "m09_1_x.py"
+    lesson.write_text(
+        "x = 1\n# %%\n# Exercises\n# ---------\n# 1. Double it.\n#\n"
+        "# .. dropdown:: Solution\n#\n#    .. code-block:: python\n#\n"
+        "#       y = 2 * x\n#       assert y == 2\n#\n# 2. Next.\nprint(x)\n"
+    )
+    assert exercise_solutions(lesson) == ["y = 2 * x\nassert y == 2\n"]

@@ -1,0 +1,35 @@
+"""The course's look for matplotlib charts: a CJK font, so Chinese labels are drawn, not boxes."""
+
+__all__ = ["CJK_FONTS", "use_course_style"]
+
+#: Fonts with Traditional Chinese glyphs, in order of preference (the same list as the pictures).
+CJK_FONTS = ("Noto Sans CJK TC", "WenQuanYi Micro Hei")
+
+
+def use_course_style() -> str:
+    """Set matplotlib's fonts for the course's charts; return the CJK font in use.
+
+    Only installed fonts are listed (matplotlib warns about every missing one), the first CJK
+    one ahead of DejaVu Sans, which matplotlib falls back to for glyphs the CJK font lacks.
+    Calling it again changes nothing.
+
+    Returns:
+        str: the name of the CJK font charts will use.
+
+    Raises:
+        RuntimeError: if no CJK font is installed; the message says how to install one.
+    """
+    import matplotlib as mpl
+    from matplotlib import font_manager
+
+    installed = {font.name for font in font_manager.fontManager.ttflist}
+    found = [name for name in CJK_FONTS if name in installed]
+    if not found:
+        raise RuntimeError(
+            "no CJK font found for the charts' Chinese labels; install one "
+            "(Debian/Ubuntu: sudo apt-get install fonts-wqy-microhei)"
+        )
+    mpl.rcParams["font.family"] = "sans-serif"
+    mpl.rcParams["font.sans-serif"] = [found[0], "DejaVu Sans"]
+    mpl.rcParams["axes.unicode_minus"] = False  # the CJK fonts may lack U+2212
+    return found[0]

@@ -20,12 +20,27 @@ COURSE_REPOSITORY = "https://github.com/pt2e-course/pt2e-course"
 
 # The branch .github/workflows/pages.yml publishes build/html to (Colab opens notebooks from it).
 PAGES_BRANCH = "gh-pages"
-_OWNER, _REPO = urlparse(COURSE_REPOSITORY).path.strip("/").split("/")[:2]
+_owner, _repo = urlparse(COURSE_REPOSITORY).path.strip("/").split("/")[:2]
 # Read the Docs tells its build where the site will live; elsewhere it is GitHub Pages.
 SITE_URL = (
-    os.environ.get("READTHEDOCS_CANONICAL_URL") or f"https://{_OWNER.lower()}.github.io/{_REPO}/"
+    os.environ.get("READTHEDOCS_CANONICAL_URL") or f"https://{_owner.lower()}.github.io/{_repo}/"
 )
 SITE_URL = SITE_URL.rstrip("/") + "/"
+# Colab opens a lesson's notebook where the Pages workflow publishes it (+ <lang>/_downloads/...).
+COLAB_NOTEBOOKS = f"https://colab.research.google.com/github/{_owner}/{_repo}/blob/{PAGES_BRANCH}/"
+
+# The modules of common/ that the API page documents, in this order (one line per module).
+API_MODULES = (
+    "common",
+    "common.models",
+    "common.pt2e",
+    "common.viz",
+    "common.quantizer",
+    "common.handmade",
+    "common.expect",
+    "common.charts",
+    "common.gallery",
+)
 
 TEXT = {
     "zh_TW": {
@@ -40,6 +55,7 @@ TEXT = {
         "module_zip": "下載本單元的全部課程",
         "module_zip_python": "Python 腳本",
         "module_zip_jupyter": "Jupyter 筆記本",
+        "used_in": "用到它的課程",
         "first_cell": (
             "# 在 Google Colab 執行時，這一格會安裝課程（連同它指定版本的 torch 與 torchao）\n"
             "# 以及 Graphviz 和中文字型；在自己的電腦上它什麼都不做：\n"
@@ -58,6 +74,7 @@ TEXT = {
         "module_zip": "Download every lesson of this module",
         "module_zip_python": "Python scripts",
         "module_zip_jupyter": "Jupyter notebooks",
+        "used_in": "Lessons that use it",
         "first_cell": (
             "# In Google Colab this cell installs the course (with its pinned torch and\n"
             "# torchao), Graphviz and a CJK font. On your own machine it does nothing:\n"
@@ -82,43 +99,6 @@ if "google.colab" in sys.modules:
         check=True,
     )"""
 
-# pydata-sphinx-theme ships only a Simplified Chinese catalog ("zh"), which zh_TW pages fell
-# back to ("当前页面"): its interface strings in Traditional Chinese, compiled at config time.
-THEME_ZH_TW = {
-    "Click to expand": "展開",
-    "Click to collapse": "收合",
-    "Skip to main content": "跳到主要內容",
-    "Back to top": "回到頁首",
-    "Search": "搜尋",
-    "Error": "錯誤",
-    "Please activate JavaScript to enable the search functionality.": "請啟用 JavaScript 以搜尋。",
-    "Breadcrumb": "導覽路徑",
-    "Home": "首頁",
-    "Edit on %(provider)s": "在 %(provider)s 上編輯",
-    "Edit": "編輯",
-    "Indices": "索引",
-    "General Index": "總索引",
-    "Global Module Index": "全域模組索引",
-    "Python Module Index": "Python 模組索引",
-    "Last updated on %(last_updated)s.": "最後更新於 %(last_updated)s。",
-    "On this page": "本頁內容",
-    "previous page": "上一頁",
-    "previous": "上一頁",
-    "next page": "下一頁",
-    "next": "下一頁",
-    "Section Navigation": "本節導覽",
-    "Show Source": "顯示原始碼",
-    "Light": "淺色",
-    "Dark": "深色",
-    "System Settings": "跟隨系統",
-    "Collapse Sidebar": "收合側欄",
-    "Expand Sidebar": "展開側欄",
-    "Version warning": "版本警告",
-    "Announcement": "公告",
-    "Site navigation": "網站導覽",
-}
-
-
 # sphinx-gallery writes these English phrases into every generated page and has no catalog
 # of its own; course_site.py swaps them on zh_TW pages as Sphinx reads them.
 GALLERY_ZH_TW = {
@@ -132,25 +112,6 @@ GALLERY_ZH_TW = {
 }
 
 
-def _theme_catalog(lang: str) -> list[str]:
-    """Write build/locale/<lang>/LC_MESSAGES/sphinx.mo; return it as Sphinx's locale_dirs."""
-    if lang != "zh_TW":
-        return []
-    from babel.messages.catalog import Catalog
-    from babel.messages.mofile import write_mo
-
-    catalog = Catalog(locale="zh_Hant_TW")
-    for msgid, msgstr in THEME_ZH_TW.items():
-        catalog.add(msgid, msgstr)
-    folder = ROOT / "build" / "locale" / lang / "LC_MESSAGES"
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".sphinx.mo.{os.getpid()}"
-    with open(tmp, "wb") as f:
-        write_mo(f, catalog)
-    tmp.replace(folder / "sphinx.mo")
-    return [str(ROOT / "build" / "locale")]
-
-
 def other_language(lang: str) -> str:
     """The language a page's switch leads to (the course has exactly two)."""
     (other,) = [code for code in LANGUAGES if code != lang]
@@ -158,7 +119,7 @@ def other_language(lang: str) -> str:
 
 
 def _quiet_kernels() -> None:
-    """Keep the Jupyter kernels that run MyST pages from warning on every build.
+    """Keep the Jupyter kernel that runs the FX article's cells from warning on every build.
 
     ipykernel warns that its local TCP sockets are unencrypted. The kernels myst-nb starts
     inherit IPYTHONDIR and read their settings from its default profile.
@@ -188,12 +149,20 @@ def make_config(lang: str) -> dict:
             "myst_nb",
             "sphinx_gallery.gen_gallery",
             "sphinx_design",
+            "sphinx.ext.autodoc",
+            "sphinx.ext.napoleon",
+            "sphinx_copybutton",
+            "sphinx_sitemap",
             "course_site",  # docs/course_site.py: the site's own additions
         ],
         "html_theme": "pydata_sphinx_theme",
-        "locale_dirs": _theme_catalog(lang),
+        # The theme's interface strings in Traditional Chinese (docs/locale/zh_TW/LC_MESSAGES/
+        # sphinx.po; Sphinx compiles it to sphinx.mo beside it).
+        "locale_dirs": [str(DOCS / "locale")],
         # Pages without sections of their own need no left sidebar.
-        "html_sidebars": {page: [] for page in ("index", "course_map", "glossary", "fx_basics")},
+        "html_sidebars": {
+            page: [] for page in ("index", "course_map", "glossary", "fx_basics", "api")
+        },
         "html_title": text["project"],
         "html_baseurl": f"{SITE_URL}{lang}/",
         "templates_path": [str(DOCS / "_templates")],
@@ -233,6 +202,20 @@ def make_config(lang: str) -> dict:
             "lessons/*.py",
         ],
         "myst_enable_extensions": ["colon_fence", "deflist"],
+        # The API page (api.md, its sections generated from API_MODULES by course_site.py).
+        "autodoc_member_order": "bysource",
+        "autodoc_typehints": "description",
+        "napoleon_numpy_docstring": False,
+        "html_domain_indices": False,
+        # Copy buttons copy the code only: not on output blocks, and without >>> prompts.
+        "copybutton_selector": "div:not(.sphx-glr-script-out):not(.output) > div.highlight > pre",
+        "copybutton_prompt_text": r">>> |\.\.\. ",
+        "copybutton_prompt_is_regexp": True,
+        # sphinx-sitemap: <lang>/sitemap.xml lists this language's pages, each with its twins.
+        "site_url": SITE_URL,
+        "sitemap_url_scheme": "{lang}{link}",
+        "sitemap_locales": list(LANGUAGES),
+        "sitemap_excludes": ["search.html", "genindex.html"],
         "nb_execution_mode": "cache",
         "nb_execution_cache_path": str(ROOT / "build" / "jupyter_cache" / lang),
         "nb_execution_raise_on_error": True,
@@ -244,6 +227,10 @@ def make_config(lang: str) -> dict:
             "filename_pattern": r"/m\d\d_\d+_",
             "ignore_pattern": r"__init__\.py",
             "image_scrapers": ("common.gallery.scraper",),
+            # Code cells link the names of common/ to the API page, and the API page lists, for
+            # each function, the lessons that use it (the "minigallery" directive reads these).
+            "doc_module": ("common",),
+            "backreferences_dir": str(ROOT / "build" / "backreferences" / lang),
             "reset_modules": ("common.gallery.reset",),
             # A lesson that raises must fail the build, never become a page with a traceback.
             "abort_on_example_error": True,

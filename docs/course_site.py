@@ -1,25 +1,25 @@
 """The site's own Sphinx additions, shared by both language builds.
 
-Language switch and Colab link per page, the {lesson} role, the generated course map,
-per-module zips, sitemaps and the site root (index.html, 404.html). The settings they read
-live in course_conf.py.
+Language switch and Colab link per page, the {lesson} role, the generated course map and API
+page, per-module zips, and the site root (index.html, 404.html, sitemap.xml) that
+languages.build_site writes once both languages are built. The settings they read live in
+course_conf.py.
 """
 
 import ast
 import json
-import os
 import re
 import zipfile
 from pathlib import Path
 from urllib.parse import urlparse
-from xml.sax.saxutils import escape
+
+from sphinx import addnodes
 
 from course_conf import (
-    _OWNER,
-    _REPO,
+    API_MODULES,
+    COLAB_NOTEBOOKS,
     DOCS,
     GALLERY_ZH_TW,
-    PAGES_BRANCH,
     ROOT,
     SITE_URL,
     TEXT,
@@ -32,22 +32,29 @@ try:
 except ImportError:  # not on Windows: there the two builds' kernels run unguarded
     fcntl = None
 
-# A lesson page links its notebook download; Colab opens the published copy of it.
-_DOWNLOAD = re.compile(r'href="(?:\.\./)*(_downloads/[0-9a-f]+/[^"/]+\.ipynb)"')
-
 
 def setup(app) -> dict:
     lang = app.config.language
     app.add_role("lesson", _lesson_role)
     app.connect("html-page-context", lambda *args: _page_context(lang, *args))
+    app.connect("autodoc-process-docstring", lambda *args: _lessons_using(lang, *args))
     app.connect("builder-inited", lambda app: _forget_stale_notebooks(app, lang), priority=100)
     app.connect("builder-inited", lambda app: _module_zips(app, lang), priority=900)
     app.connect("source-read", lambda app, docname, source: _source_read(lang, docname, source))
     app.connect("source-read", _hold_kernel_lock)
     app.connect("doctree-read", _release_kernel_lock)
-    app.connect("env-get-outdated", lambda *args: ["course_map", "glossary"])
-    app.connect("build-finished", lambda app, exc: _build_finished(app, lang, exc))
+    app.connect("env-get-outdated", _generated_pages)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
+
+
+def _generated_pages(app, env, added, changed, removed) -> list[str]:
+    """Pages made from the lessons, read again when they may have changed.
+
+    The course map and glossary on every build; the API page (which lists the lessons using
+    each function) when a lesson ran, not on a rebuild where none did: it imports torch.
+    """
+    ran = app.config.sphinx_gallery_conf["passing_examples"]
+    return ["course_map", "glossary", *(["api"] if ran else [])]
 
 
 # MyST notebook pages run a Jupyter kernel while they are read. The two language builds run at
@@ -82,12 +89,13 @@ def _page_context(lang, app, pagename, templatename, context, doctree) -> None:
     twin = f"{SITE_URL}{other}/{pagename}.html"
     alternate = f'<link rel="alternate" hreflang="{TEXT[other]["hreflang"]}" href="{twin}">\n'
     context["metatags"] = context.get("metatags", "") + alternate
-    found = _DOWNLOAD.search(context.get("body", "")) if pagename.startswith("lessons/") else None
-    if found:
-        context["colab_url"] = (
-            f"https://colab.research.google.com/github/{_OWNER}/{_REPO}/blob/{PAGES_BRANCH}/"
-            f"{lang}/{found.group(1)}"
-        )
+    # sphinx-gallery links a lesson's notebook with :download:; Sphinx's download node says
+    # where in the site it copied the file (its "filename": <hash>/<name>.ipynb).
+    if doctree is not None and pagename.startswith("lessons/"):
+        notebook = f"{pagename.rsplit('/', 1)[-1]}.ipynb"
+        for node in doctree.findall(addnodes.download_reference):
+            if node.get("reftarget") == notebook and node.get("filename"):
+                context["colab_url"] = f"{COLAB_NOTEBOOKS}{lang}/_downloads/{node['filename']}"
 
 
 def lesson_sources(lang: str) -> dict[str, Path]:
@@ -181,12 +189,43 @@ def _course_map(lang: str) -> str:
     return "\n".join(out)
 
 
+def _api_sections() -> str:
+    """MyST for the API page: one section per module of API_MODULES, its public names in order.
+
+    autodoc writes reST, so each module goes through MyST's eval-rst block.
+    """
+    out = []
+    for module in API_MODULES:
+        out += [f"## `{module}`", "", "```{eval-rst}", f".. automodule:: {module}"]
+        out += ["   :members:", "```", ""]
+    return "\n".join(out)
+
+
+def _lessons_using(lang: str, app, what: str, name: str, obj, options, lines: list[str]) -> None:
+    """Below a function's or class's docstring: the lessons whose code uses it, as cards.
+
+    sphinx-gallery records, as it runs the lessons, which ``doc_module`` names each one uses
+    (backreferences_all.json); its ``minigallery`` directive shows them.
+    """
+    if what not in ("function", "class"):
+        return
+    folder = Path(app.srcdir, app.config.sphinx_gallery_conf["backreferences_dir"])
+    found = folder / "backreferences_all.json"
+    if found.exists() and name in json.loads(found.read_text("utf-8")):
+        lines += ["", f".. rubric:: {TEXT[lang]['used_in']}", "", f".. minigallery:: {name}", ""]
+
+
 def _source_read(lang: str, docname: str, source: list[str]) -> None:
     if lang == "zh_TW" and docname.startswith("lessons/"):
         for english, chinese in GALLERY_ZH_TW.items():
             source[0] = source[0].replace(english, chinese)
     if docname == "course_map":
         source[0] = source[0].replace("<!-- lesson cards -->", _course_map(lang))
+    if docname == "api":
+        from common.pt2e import quiet
+
+        quiet()  # before autodoc imports torchao, which announces its CUDA-only kernels
+        source[0] = source[0].replace("<!-- api modules -->", _api_sections())
     match = re.fullmatch(r"lessons/(m\d\d_\w+)/index", docname)
     if match and (DOCS / lang / "lessons" / f"{match[1]}_python.zip").exists():
         text, folder = TEXT[lang], match[1]
@@ -235,49 +274,22 @@ def _module_zips(app, lang: str) -> None:
                 new.replace(target)
 
 
-def _write(path: Path, text: str) -> None:
-    """Write atomically: both language builds may write the site root at the same time."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+def write_site_root(html: Path) -> None:
+    """Write the folder holding one build per language (``html/<lang>``): its language picker,
+    its 404 page and the sitemap index pointing at each language's sitemap (sphinx-sitemap's).
 
-
-def _build_finished(app, lang: str, exc) -> None:
-    if exc is not None or app.builder.format != "html":
-        return
-    out = Path(app.outdir)
-    pages = sorted(d for d in app.env.found_docs if d not in {"genindex", "search"})
-    other = other_language(lang)
-    entries = []
-    for page in pages:
-        entries.append(
-            f"  <url><loc>{escape(f'{SITE_URL}{lang}/{page}.html')}</loc>\n"
-            f'    <xhtml:link rel="alternate" hreflang="{TEXT[other]["hreflang"]}" '
-            f'href="{escape(f"{SITE_URL}{other}/{page}.html")}"/></url>'
-        )
-    _write(
-        out / "sitemap.xml",
-        '<?xml version="1.0" encoding="UTF-8"?>\n'
-        '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" '
-        'xmlns:xhtml="http://www.w3.org/1999/xhtml">\n' + "\n".join(entries) + "\n</urlset>\n",
-    )
-    # The site root is the folder holding one build per language (build/html/<lang>):
-    # its language picker, its 404 page and the sitemap index are written by every build.
-    if out.name != lang:
-        return
-    root = out.parent
-    _write(root / "index.html", (DOCS / "index.html").read_text("utf-8"))
-    site_path = urlparse(SITE_URL).path
-    _write(
-        root / "404.html", (DOCS / "404.html").read_text("utf-8").replace("/SITE_PATH/", site_path)
-    )
+    languages.build_site calls it once, after every language has been built.
+    """
+    (html / "index.html").write_text((DOCS / "index.html").read_text("utf-8"), "utf-8")
+    not_found = (DOCS / "404.html").read_text("utf-8")
+    (html / "404.html").write_text(not_found.replace("/SITE_PATH/", urlparse(SITE_URL).path))
     sitemaps = "".join(
-        f"  <sitemap><loc>{SITE_URL}{code}/sitemap.xml</loc></sitemap>\n" for code in LANGUAGES
+        f"  <sitemap><loc>{SITE_URL}{lang}/sitemap.xml</loc></sitemap>\n" for lang in LANGUAGES
     )
-    _write(
-        root / "sitemap.xml",
+    (html / "sitemap.xml").write_text(
         '<?xml version="1.0" encoding="UTF-8"?>\n'
         '<sitemapindex xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">\n'
         + sitemaps
         + "</sitemapindex>\n",
+        "utf-8",
     )

@@ -5,15 +5,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# Folder name (under examples/ and docs/, and in the built site) -> Sphinx language code.
-LANGUAGES = {"zh_TW": "zh_TW", "en": "en"}
+# Each is a folder under examples/ and docs/, a folder of the built site and Sphinx's language.
+LANGUAGES = ("zh_TW", "en")
 
 # Warnings are errors; --keep-going reports all of them before failing.
 SPHINX_OPTIONS = ["-b", "html", "-W", "--keep-going", "-q"]
 
 
 def build_site(python: str, html: Path, extra_args=()) -> dict[str, tuple[int, str]]:
-    """Build every language into ``html/<lang>``, all at once (one process per core).
+    """Build every language into ``html/<lang>``, all at once (one process per core), then,
+    when all succeeded, the site root: ``html/index.html``, ``404.html`` and ``sitemap.xml``.
 
     Returns, per language, sphinx-build's exit code and its combined output.
     """
@@ -39,4 +40,9 @@ def build_site(python: str, html: Path, extra_args=()) -> dict[str, tuple[int, s
     for lang, process in running.items():
         output, _ = process.communicate()
         results[lang] = (process.returncode, output)
+    if not any(code for code, _ in results.values()):
+        # Imported here: course_site reads the Sphinx settings, which import this module.
+        from course_site import write_site_root
+
+        write_site_root(Path(html))
     return results

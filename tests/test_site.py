@@ -63,11 +63,9 @@ def newest_source() -> float:
 
 
 def build_stamp(html: Path) -> float | None:
-    """When the oldest language build last finished (docs/course_conf.py writes its sitemap)."""
-    stamps = [html / lang / "sitemap.xml" for lang in LANGUAGES]
-    if not all(stamp.exists() for stamp in stamps):
-        return None
-    return min(stamp.stat().st_mtime for stamp in stamps)
+    """When the site was last built (languages.build_site writes the root's sitemap last)."""
+    stamp = html / "sitemap.xml"
+    return stamp.stat().st_mtime if stamp.exists() else None
 
 
 def build_both(html: Path) -> None:

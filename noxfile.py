@@ -35,7 +35,7 @@ def docs(session: nox.Session) -> None:
     """Build the site in both languages into build/html (args go to sphinx-build)."""
     install(session, "docs")
     started = time.perf_counter()
-    # Each language build also writes the site root (index.html, 404.html, sitemap.xml).
+    # Both languages at once, then the site root (index.html, 404.html, sitemap.xml).
     results = build_site(str(Path(session.bin) / "python"), BUILD, session.posargs)
     for lang, (_, output) in results.items():
         if output.strip():

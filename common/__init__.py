@@ -16,6 +16,10 @@ def check_versions(installed=None):
         installed: mapping of distribution name to version; read from the
             environment when omitted (this is for tests).
 
+    Raises:
+        ImportError: if torch or torchao is missing or another release than the pinned one;
+            the message gives the ``pip install`` command that fixes it.
+
     >>> check_versions({"torch": "2.13.0+cpu", "torchao": "0.18.0"})
     >>> check_versions({"torch": "2.9.1", "torchao": "0.18.0"})  # doctest: +ELLIPSIS
     Traceback (most recent call last):

@@ -10,7 +10,12 @@ __all__ = ["reset", "scraper"]
 
 
 def reset(gallery_conf, fname) -> None:
-    """``reset_modules`` hook, run before each lesson: quiet the stack, collect pictures."""
+    """``reset_modules`` hook, run before each lesson: quiet the stack, collect pictures.
+
+    Args:
+        gallery_conf: sphinx-gallery's configuration (unused).
+        fname: the lesson's file name (unused).
+    """
     from common.pt2e import quiet
     from common.viz import _collector
 
@@ -20,7 +25,17 @@ def reset(gallery_conf, fname) -> None:
 
 
 def scraper(block, block_vars, gallery_conf) -> str:
-    """Image scraper, run after each cell: write its pictures as SVG, return their reST."""
+    """Image scraper, run after each cell: write its pictures as SVG, return their reST.
+
+    Args:
+        block: the code cell that just ran (unused).
+        block_vars: sphinx-gallery's per-cell data; its ``image_path_iterator`` names the
+            files the pictures go to.
+        gallery_conf: sphinx-gallery's configuration (its ``src_dir``).
+
+    Returns:
+        str: the reST of one figure per picture ``draw`` made in the cell ("" when none).
+    """
     from sphinx_gallery.scrapers import figure_rst
 
     from common.viz import _collector

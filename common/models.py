@@ -5,7 +5,7 @@ from torch import nn
 
 __all__ = ["IMAGE_SHAPE", "MODEL_NAMES", "example_inputs", "get_model"]
 
-# (channels, height, width) of the images every zoo model accepts.
+#: (channels, height, width) of the images every zoo model accepts.
 IMAGE_SHAPE = (3, 16, 16)
 _SEED = 0
 
@@ -69,6 +69,7 @@ _ZOO = {
     "linear_relu": LinearReLU,
     "small_cnn": SmallCNN,
 }
+#: The names :func:`get_model` accepts.
 MODEL_NAMES = tuple(_ZOO)
 
 
@@ -89,6 +90,15 @@ def get_model(name: str) -> nn.Module:
     """Return a fresh zoo model in eval mode with deterministic weights.
 
     The global RNG is left untouched: weights come from a private seeded generator.
+
+    Args:
+        name: one of :data:`MODEL_NAMES`.
+
+    Returns:
+        nn.Module: a new model; two calls with the same name give equal weights.
+
+    Raises:
+        ValueError: if ``name`` is not a zoo model; the message lists the valid names.
 
     >>> get_model("conv_relu").conv.weight.shape
     torch.Size([8, 3, 3, 3])
@@ -116,6 +126,12 @@ def example_inputs(batch: int = 1, *, seed: int = 0) -> tuple[torch.Tensor]:
         batch: number of images, a positive integer.
         seed: picks the batch; different seeds give different images
             (calibration uses several).
+
+    Returns:
+        tuple[torch.Tensor]: one float32 tensor of shape ``(batch, *IMAGE_SHAPE)``.
+
+    Raises:
+        ValueError: if ``batch`` is not a positive integer.
 
     >>> example_inputs(4)[0].shape
     torch.Size([4, 3, 16, 16])

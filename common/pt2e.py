@@ -18,6 +18,14 @@ def export_module(model: nn.Module, args: tuple) -> torch.fx.GraphModule:
         model: the ``nn.Module`` to export, usually in eval mode.
         args: a tuple of example inputs, e.g. ``example_inputs(4)``.
 
+    Returns:
+        torch.fx.GraphModule: the exported graph, with parameters read by ``get_attr`` nodes.
+
+    Raises:
+        TypeError: if ``model`` is not an ``nn.Module`` or ``args`` is not a tuple.
+        RuntimeError: if ``torch.export`` cannot trace the model; the message gives its first
+            line and what to check (the original error is chained).
+
     >>> from common.models import example_inputs, get_model
     >>> gm = export_module(get_model("conv_relu"), example_inputs(2))
     >>> [n.name for n in gm.graph.nodes if n.op == "call_function"]
@@ -56,6 +64,9 @@ def calibrate(model: torch.fx.GraphModule, *, batches: int = 4, batch: int | Non
         batches: how many batches to feed.
         batch: images per batch; by default the batch size the model was exported with,
             the only one its graph accepts.
+
+    Raises:
+        ValueError: if ``batch`` is omitted and the graph does not tell its batch size.
     """
     from common.models import example_inputs
 
@@ -78,7 +89,11 @@ def _exported_batch(model: torch.fx.GraphModule) -> int:
 
 
 def x86_quantizer():
-    """Return torchao's ``X86InductorQuantizer`` with its default (static, per-channel) config."""
+    """Return torchao's ``X86InductorQuantizer`` with its default (static, per-channel) config.
+
+    Returns:
+        X86InductorQuantizer: a quantizer to pass to ``prepare_pt2e``.
+    """
     from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
         X86InductorQuantizer,
         get_default_x86_inductor_quantization_config,

@@ -76,6 +76,16 @@ class CourseQuantizer(Quantizer):
     """
 
     def annotate(self, model: GraphModule) -> GraphModule:
+        """Write ``node.meta["quantization_annotation"]`` on the nodes the rules above cover.
+
+        Nodes already annotated are left as they are.
+
+        Args:
+            model: an exported ``GraphModule``; ``prepare_pt2e`` calls this for you.
+
+        Returns:
+            GraphModule: the same ``model``, annotated in place.
+        """
         for node in model.graph.nodes:
             if node.op != "call_function" or "quantization_annotation" in node.meta:
                 continue

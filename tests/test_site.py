@@ -437,3 +437,80 @@ def test_a_downloaded_notebook_runs(site, tmp_path):
         out for cell in code for out in cell.outputs if "image/svg+xml" in out.get("data", {})
     ]
     assert pictures, "draw() shows its pictures inline in Jupyter"
+
+
+# ------------------------------------------------- API page, code links, copy buttons (#16)
+
+API_LINK = re.compile(r'<a [^>]*href="((?:\.\./)*api\.html#(common\.[\w.]+))"')
+
+
+def api_entries(site: Path, lang: str) -> dict[str, str]:
+    """The API page's documented objects: id ("common.viz.draw") -> the HTML of its entry."""
+    html = (site / lang / "api.html").read_text("utf-8")
+    parts = re.split(r'<dt class="sig sig-object py" id="(common\.[\w.]+)">', html)
+    return dict(zip(parts[1::2], parts[2::2], strict=True))
+
+
+def lessons_calling(lang: str, name: str) -> set[str]:
+    """The lesson pages (as "lessons/<module>/<lesson>.html") whose code calls ``name(...)``."""
+    return {
+        page.as_posix()
+        for page, script in zip(lesson_pages(lang), lessons(lang), strict=True)
+        if re.search(rf"\b{name}\(", (ROOT / "examples" / lang / script).read_text("utf-8"))
+    }
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_lesson_code_links_common_names_to_the_api_page(site, lang):
+    entries = api_entries(site, lang)
+    linked = set()
+    for page in lesson_pages(lang):
+        for href, target in API_LINK.findall((site / lang / page).read_text("utf-8")):
+            assert target in entries, f"{lang}/{page}: {href} leads to no entry of the API page"
+            linked.add(target)
+    for name in ("common.models.get_model", "common.pt2e.export_module", "common.viz.draw"):
+        assert name in linked, f"no {lang} lesson's code links {name} to the API page"
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_api_page_lists_the_lessons_that_use_each_function(site, lang):
+    entries = api_entries(site, lang)
+    for module in course_conf.API_MODULES:
+        assert f'id="module-{module}"' in (site / lang / "api.html").read_text("utf-8"), module
+    for name in ("common.viz.draw", "common.models.get_model", "common.pt2e.calibrate"):
+        listed = set(re.findall(r'href="(lessons/[^"#]+\.html)"', entries[name]))
+        expected = lessons_calling(lang, name.rsplit(".", 1)[1])
+        assert expected, f"no {lang} lesson calls {name}: pick another example for this test"
+        assert listed == expected, f"{lang} API page, {name}: lists {listed}, not {expected}"
+    index = (site / lang / "index.html").read_text("utf-8")
+    top_bar = r'<a class="nav-link[^"]*" href="api.html"'
+    assert re.search(top_bar, index), "the top bar links the API page"
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_sitemaps_list_every_page_with_its_twin(site, lang):
+    sitemap = (site / lang / "sitemap.xml").read_text("utf-8")
+    base = re.escape(f"{course_conf.SITE_URL}{lang}/")
+    listed = set(re.findall(rf"<loc>{base}([^<]+)</loc>", sitemap))
+    expected = {p.as_posix() for p in pages(site, lang)} - {"search.html", "genindex.html"}
+    assert listed == expected
+    other = course_conf.other_language(lang)
+    assert sitemap.count(f'href="{course_conf.SITE_URL}{other}/') == len(expected)
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_copy_buttons_copy_the_code_without_output(browse, server, lang):
+    page = browse()
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    page.goto(f"{server}/{lang}/{lesson_pages(lang)[0].as_posix()}")
+    code = page.locator("div.highlight-Python div.highlight pre")
+    assert code.count() > 3
+    buttons = page.locator("button.copybtn")
+    assert buttons.count() == code.count(), "one copy button per code cell, none on outputs"
+    outputs = page.locator(".sphx-glr-script-out button.copybtn")
+    assert outputs.count() == 0, "output blocks have no copy button"
+    code.nth(1).hover()
+    buttons.nth(1).click()
+    copied = page.evaluate("navigator.clipboard.readText()")
+    assert copied.strip() == code.nth(1).inner_text().strip(), "the button copies the cell's code"

@@ -216,7 +216,10 @@ def make_config(lang: str) -> dict:
         "sitemap_url_scheme": "{lang}{link}",
         "sitemap_locales": list(LANGUAGES),
         "sitemap_excludes": ["search.html", "genindex.html"],
+        # The FX article's cells run in a Jupyter kernel. Not "inline": that mode starts the
+        # same kernel, and a failing assert then stops the build without the assertion's text.
         "nb_execution_mode": "cache",
+        "nb_execution_show_tb": True,  # a failing cell's code and traceback in the build output
         "nb_execution_cache_path": str(ROOT / "build" / "jupyter_cache" / lang),
         "nb_execution_raise_on_error": True,
         "nb_execution_timeout": 300,

@@ -62,6 +62,7 @@ def _generated_pages(app, env, added, changed, removed) -> list[str]:
 # the other build's kernel connections can take one ("Address already in use"). So a build
 # holds this lock from reading such a page until its doctree is done (the kernel is shut down
 # by then); pages served from the execution cache start no kernel and wait only briefly.
+# (myst-nb's "inline" execution mode would not help: it starts the same kind of kernel.)
 _KERNEL_LOCK = ROOT / "build" / ".kernel.lock"
 _held_locks = {}
 

@@ -283,7 +283,8 @@ def write_site_root(html: Path) -> None:
     """
     (html / "index.html").write_text((DOCS / "index.html").read_text("utf-8"), "utf-8")
     not_found = (DOCS / "404.html").read_text("utf-8")
-    (html / "404.html").write_text(not_found.replace("/SITE_PATH/", urlparse(SITE_URL).path))
+    site_path = urlparse(SITE_URL).path
+    (html / "404.html").write_text(not_found.replace("/SITE_PATH/", site_path), "utf-8")
     sitemaps = "".join(
         f"  <sitemap><loc>{SITE_URL}{lang}/sitemap.xml</loc></sitemap>\n" for lang in LANGUAGES
     )

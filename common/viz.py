@@ -11,7 +11,15 @@ from pathlib import Path
 import graphviz
 import torch
 
-__all__ = ["DIFF_LABELS", "GraphvizMissingError", "diff_dot", "draw", "draw_diff", "to_dot"]
+__all__ = [
+    "DIFF_LABELS",
+    "GraphvizMissingError",
+    "diff_dot",
+    "draw",
+    "draw_diff",
+    "to_dot",
+    "to_svg",
+]
 
 # One family list for dot (which measures the text with the first font it finds) and for
 # the browser (which reads the same list from the SVG): CJK labels keep their size.
@@ -113,7 +121,8 @@ def _value_text(value) -> str:
 
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in [^\n]*\n[ \t]*([^\n]*)')
-_LIBRARIES = (Path(torch.__file__).parent.parent,)
+# Frames under the folder torch is installed in (site-packages) are library code.
+_LIBRARY = os.path.dirname(os.path.dirname(torch.__file__)) + os.sep
 
 
 def _source_text(node: torch.fx.Node) -> str:
@@ -125,12 +134,12 @@ def _source_text(node: torch.fx.Node) -> str:
     frames = _FRAME.findall(node.meta.get("stack_trace") or "")
     if not frames:
         return ""
-    users = [f for f in frames if not any(Path(f[0]).is_relative_to(p) for p in _LIBRARIES)]
+    users = [frame for frame in frames if not frame[0].startswith(_LIBRARY)]
     path, line, code = (users or frames)[-1]
     code = code.strip()
     if len(code) > 60:
         code = code[:59] + "…"
-    return f"{Path(path).name}:{line} {code}"
+    return f"{os.path.basename(path)}:{line} {code}"
 
 
 def _tensor_summary(name: str, value) -> str:
@@ -551,6 +560,15 @@ def _show(svg: str, alt: str) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         index = len(list(folder.glob("graph_*.svg"))) + 1
         (folder / f"graph_{index:03d}.svg").write_text(svg, encoding="utf-8")
+
+
+def to_svg(dot: graphviz.Digraph) -> str:
+    """Render a picture of ``to_dot`` or ``diff_dot`` as the SVG text ``draw`` shows.
+
+    Raises:
+        GraphvizMissingError: if Graphviz's ``dot`` is not installed.
+    """
+    return _render_svg(dot)
 
 
 def draw(gm, *, highlight=(), title=None) -> None:

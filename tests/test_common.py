@@ -178,9 +178,9 @@ def test_draw_without_dot_says_how_to_install_graphviz(conv_relu_gm, monkeypatch
 
 
 def svg_of(dot) -> str:
-    from common.viz import _render_svg
+    from common.viz import to_svg
 
-    return _render_svg(dot)
+    return to_svg(dot)
 
 
 def node_titles(svg: str) -> list[str]:

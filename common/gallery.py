@@ -4,6 +4,8 @@ Kept apart from common.viz so that resolving these hooks does not import torch: 
 rebuild with no lesson to run then never pays for it.
 """
 
+import html
+import sys
 from pathlib import Path
 
 __all__ = ["reset", "scraper"]
@@ -24,26 +26,91 @@ def reset(gallery_conf, fname) -> None:
     _collector.pictures.clear()
 
 
+def inline_html(svg: str, alt: str) -> str:
+    """The picture as inline SVG for an HTML page: its node tooltips show on hover there.
+
+    An SVG shown through ``<img>`` shows no tooltips. The XML prolog goes (HTML has none);
+    ``role="img"`` with ``aria-label`` gives screen readers the text alternative; the SVG keeps
+    its own width and height, and the CSS class (docs/_static/course.css) the ``<img>``'s
+    layout: centred, never wider than the page.
+    """
+    start = svg.index("<svg")
+    label = html.escape(alt, quote=True)
+    opening = f'<svg class="course-graph" role="img" aria-label="{label}"'
+    return '<div class="course-graph-box">' + opening + svg[start + 4 :].rstrip() + "</div>"
+
+
+def _raw_html(markup: str) -> str:
+    body = "\n".join("    " + line if line else "" for line in markup.splitlines())
+    return f"\n\n.. raw:: html\n\n{body}\n\n"
+
+
+def missing_glyphs(figure) -> list[str]:
+    """The characters of a matplotlib figure's texts that no font of theirs can draw.
+
+    Each text is checked against the fonts matplotlib would draw it with (its family and the
+    fallbacks after it), so a Chinese label set in DejaVu Sans alone is found, boxes and all.
+    """
+    from matplotlib import font_manager
+    from matplotlib.text import Text
+
+    missing = []
+    for text in figure.findobj(Text):
+        string = text.get_text()
+        wanted = sorted({c for c in string if not c.isascii() and not c.isspace()})
+        if not wanted or not text.get_visible() or "$" in string:  # mathtext has its own fonts
+            continue
+        # The fallback chain matplotlib's Agg and SVG backends draw text with.
+        paths = font_manager.fontManager._find_fonts_by_props(text.get_fontproperties())
+        fonts = [font_manager.get_font(path) for path in paths]
+        for char in wanted:
+            if not any(font.get_char_index(ord(char)) for font in fonts):
+                missing.append(f"{char!r} of {string!r}")
+    return missing
+
+
+def check_chart_glyphs() -> None:
+    """Fail if a chart open now draws a character its fonts lack (Chinese labels as boxes).
+
+    Raises:
+        RuntimeError: naming the text and the fix (``use_course_style()`` in the Setup cell).
+    """
+    if "matplotlib.pyplot" not in sys.modules:  # no chart without pyplot: nothing to import
+        return
+    import matplotlib.pyplot as plt
+
+    for number in plt.get_fignums():
+        missing = missing_glyphs(plt.figure(number))
+        if missing:
+            raise RuntimeError(
+                f"chart {number} has characters its fonts cannot draw ({', '.join(missing[:3])}); "
+                "call common.charts.use_course_style() in the lesson's Setup cell"
+            )
+
+
 def scraper(block, block_vars, gallery_conf) -> str:
     """Image scraper, run after each cell: write its pictures as SVG, return their reST.
+
+    The SVG file feeds the gallery's thumbnail; the page shows the picture inline (see
+    ``inline_html``). Open charts are checked for missing glyphs before matplotlib's own
+    scraper (listed after this one) saves them.
 
     Args:
         block: the code cell that just ran (unused).
         block_vars: sphinx-gallery's per-cell data; its ``image_path_iterator`` names the
             files the pictures go to.
-        gallery_conf: sphinx-gallery's configuration (its ``src_dir``).
+        gallery_conf: sphinx-gallery's configuration (unused).
 
     Returns:
-        str: the reST of one figure per picture ``draw`` made in the cell ("" when none).
+        str: reST with one inline picture per ``draw`` call of the cell ("" when none).
     """
-    from sphinx_gallery.scrapers import figure_rst
-
     from common.viz import _collector
 
+    check_chart_glyphs()
     rst = ""
-    for svg, title in _collector.pictures:
+    for svg, alt in _collector.pictures:
         path = Path(next(block_vars["image_path_iterator"])).with_suffix(".svg")
         path.write_text(svg, encoding="utf-8")
-        rst += figure_rst([str(path)], gallery_conf["src_dir"], fig_titles=title)
+        rst += _raw_html(inline_html(svg, alt))
     _collector.pictures.clear()
     return rst

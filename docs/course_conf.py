@@ -154,6 +154,7 @@ def make_config(lang: str) -> dict:
             "sphinx_copybutton",
             "sphinx_sitemap",
             "course_site",  # docs/course_site.py: the site's own additions
+            "course_a11y",  # docs/course_a11y.py: accessibility fixes to the theme's markup
         ],
         "html_theme": "pydata_sphinx_theme",
         # The theme's interface strings in Traditional Chinese (docs/locale/zh_TW/LC_MESSAGES/
@@ -229,12 +230,13 @@ def make_config(lang: str) -> dict:
             "gallery_dirs": "lessons",
             "filename_pattern": r"/m\d\d_\d+_",
             "ignore_pattern": r"__init__\.py",
-            "image_scrapers": ("common.gallery.scraper",),
+            # The course's graph pictures, then sphinx-gallery's own matplotlib charts.
+            "image_scrapers": ("common.gallery.scraper", "matplotlib"),
             # Code cells link the names of common/ to the API page, and the API page lists, for
             # each function, the lessons that use it (the "minigallery" directive reads these).
             "doc_module": ("common",),
             "backreferences_dir": str(ROOT / "build" / "backreferences" / lang),
-            "reset_modules": ("common.gallery.reset",),
+            "reset_modules": ("matplotlib", "common.gallery.reset"),
             # A lesson that raises must fail the build, never become a page with a traceback.
             "abort_on_example_error": True,
             "only_warn_on_example_error": False,

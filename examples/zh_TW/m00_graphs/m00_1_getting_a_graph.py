@@ -96,9 +96,9 @@ for spec in signature.output_specs:
     print(f"{spec.arg.name:26} {spec.kind.name:11}")
 
 # %%
-# parameter 與 buffer 正好就是模型的那些，順序也相同。輸入的命名有規則：
-# parameter 加 ``p_``、buffer 加 ``b_``，後面接屬性路徑，並把 ``.`` 換成 ``_``
-# （``conv.weight`` 變成 ``p_conv_weight``）。
+# parameter 與 buffer 正好就是模型的那些，順序也相同。
+# 輸入的命名有規則：parameter 加 ``p_``、buffer 加 ``b_``，
+# 後面接屬性路徑，並把 ``.`` 換成 ``_``（``conv.weight`` 變成 ``p_conv_weight``）。
 
 parameters = [name for name, _ in model.named_parameters()]
 assert list(signature.parameters) == parameters, "就是模型的 parameter，順序相同"
@@ -209,8 +209,8 @@ assert "conv_weight = self.conv.weight" in gm.code, "get_attr node 就是讀取�
 assert "self._guards_fn(x)" in gm.code, "guard node 就是呼叫子模組"
 
 # %%
-# ``print_readable`` 印出同樣的程式碼，並標上每個值的 dtype 與形狀
-# （取自 node 的 ``meta["val"]``，見 M00-2）。
+# ``print_readable`` 印出同樣的程式碼，並標上每個值的 dtype 與形狀（取自 node 的 ``meta["val"]``，
+# 見 M00-2）。
 # 它也會印出每個運算來自哪個檔案的哪一行，這裡只留下運算那幾行。
 # conv 把 3 個 channel 變成 8 個，padding 1 讓大小維持 16 × 16，
 # 所以輸出是 ``f32[2, 8, 16, 16]``。

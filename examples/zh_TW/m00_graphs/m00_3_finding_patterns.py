@@ -228,8 +228,8 @@ draw(gm, highlight=matched, title="步驟 3：SubgraphMatcher 找到的鏈")
 # %%
 # 步驟 4 — 量化器為什麼透過 source partition 標註
 # ------------------------------------------------
-# torchao 的 ``X86InductorQuantizer`` 以模組為單位思考：
-# 「每個後面接著 ``ReLU`` 的 ``Conv2d`` 都要量化」。
+# torchao 的 ``X86InductorQuantizer`` 以模組為單位思考：「每個後面接著 ``ReLU`` 的
+# ``Conv2d`` 都要量化」。
 # 不論模組變成了哪些 ATen 運算子與常數，source partition 都能直接回答這個問題；
 # 親手走訪或 pattern 圖則得把每個運算子、overload 和常數一一寫出來。
 # 它用 ``find_sequential_partitions`` 找 conv → relu，用 ``get_source_partitions`` 找單獨的 conv：
@@ -280,8 +280,8 @@ draw(ptq.graph_module, highlight=["conv2d", "relu"], title="PTQ 量化器拿到�
 
 # %%
 # 量化感知訓練（QAT，M04-3）就不同了：``prepare_qat_pt2e`` 先標註、後摺疊，
-# 所以 QAT 量化器看到的是 conv → batch norm → relu
-# （``add_`` 是 batch norm 的批次計數器，在 train 模式下才會動），
+# 所以 QAT 量化器看到的是 conv → batch norm → relu（``add_`` 是 batch norm 的批次計數器，
+# 在 train 模式下才會動），
 # 而 x86 量化器的 QAT pattern 也都含有 ``BatchNorm2d``。
 # 三個 node 的鏈在這裡才有意義；在 ``prepare`` 之前處理匯出圖的 pass（例如本課的）也是。
 

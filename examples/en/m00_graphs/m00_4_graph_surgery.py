@@ -43,7 +43,7 @@ import torch
 from common.expect import expect_error
 from common.models import example_inputs, get_model
 from common.pt2e import export_module, quiet
-from common.viz import draw
+from common.viz import draw, draw_diff
 
 quiet()
 
@@ -88,10 +88,11 @@ assert list(relu.users) == [nodes["output"]], "only output reads relu"
 # ``add_submodule``. ``graph.inserting_after(relu)`` sets the insertion point: nodes created
 # inside it are placed right after relu.
 
+before = copy.deepcopy(gm)
 gm.add_submodule("scale_out", Scale(2.0))
 with graph.inserting_after(relu):
     scale = graph.call_module("scale_out", (relu,))
-draw(gm, highlight=["scale_out"], title="Step 1: scale_out(relu) created")
+draw_diff(before, gm, title="Step 1: scale_out(relu) created")
 
 # %%
 # The new node reads relu, but nothing reads it yet: ``output`` still hangs off relu.
@@ -111,7 +112,7 @@ gm_bad = copy.deepcopy(gm)
 relu_bad = next(n for n in gm_bad.graph.nodes if n.name == "relu")
 scale_bad = next(n for n in gm_bad.graph.nodes if n.name == "scale_out")
 relu_bad.replace_all_uses_with(scale_bad)
-draw(gm_bad, highlight=["scale_out"], title="Wrong: no delete_user_cb")
+draw_diff(gm, gm_bad, title="Wrong: no delete_user_cb")
 
 # %%
 # scale_out now reads itself (the arrow looping back in the picture), and relu has no users
@@ -126,8 +127,9 @@ with expect_error(RuntimeError, match="used before it has been defined"):
 # %%
 # The right call leaves the new node out with ``delete_user_cb``:
 
+before = copy.deepcopy(gm)
 relu.replace_all_uses_with(scale, delete_user_cb=lambda user: user is not scale)
-draw(gm, highlight=["scale_out"], title="Step 2: output now reads scale_out")
+draw_diff(before, gm, title="Step 2: output now reads scale_out")
 
 # %%
 # This is the standard way to put B after A: B reads A, and every other user of A reads B
@@ -185,7 +187,7 @@ gm.recompile()
 with torch.no_grad():
     assert torch.equal(gm(x), base * 2), "with aten.mul the output is still doubled"
 assert not hasattr(gm, "scale_out"), "the module is gone as well"
-draw(gm, highlight=[mul.name], title="Step 4: scale_out replaced by aten.mul")
+draw_diff(before, gm, title="Step 4: scale_out replaced by aten.mul")
 
 # %%
 # The second argument of ``mul_tensor``, ``2.0``, is a Python constant stored in ``args``.
@@ -211,7 +213,7 @@ graph.erase_node(mul)
 gm.recompile()
 with torch.no_grad():
     assert torch.equal(gm(x), base * 2), "the constant now comes from a buffer; same output"
-draw(gm, highlight=[mul_t.name], title="Step 5: the constant is a buffer read by get_attr")
+draw_diff(before, gm, title="Step 5: the constant is a buffer read by get_attr")
 
 # %%
 # ``two`` is a ``get_attr`` node. The pictures do not give it a box of its own: it is written
@@ -242,7 +244,7 @@ gm.recompile()
 print(f"nodes: {nodes_with_neg} with neg -> {nodes_after_cleanup} after eliminate_dead_code")
 assert (nodes_with_neg, nodes_after_cleanup) == (10, 9), "only neg was removed"
 assert not any(node.name.startswith("neg") for node in graph.nodes), "neg is gone"
-draw(gm, title="Step 6: after clean-up")
+draw_diff(before, gm, title="Step 6: after clean-up")
 
 # %%
 # ``_guards_fn`` has no users either, and it stayed. Not because it is a ``call_module``:

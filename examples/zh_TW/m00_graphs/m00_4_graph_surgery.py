@@ -40,7 +40,7 @@ import torch
 from common.expect import expect_error
 from common.models import example_inputs, get_model
 from common.pt2e import export_module, quiet
-from common.viz import draw
+from common.viz import draw, draw_diff
 
 quiet()
 
@@ -82,10 +82,11 @@ assert list(relu.users) == [nodes["output"]], "只有 output 讀 relu"
 # ``call_module`` 要呼叫的模組，必須先用 ``add_submodule`` 掛到 GraphModule 上。
 # ``graph.inserting_after(relu)`` 設定插入點：在這個區塊裡建立的 node 會排在 relu 後面。
 
+before = copy.deepcopy(gm)
 gm.add_submodule("scale_out", Scale(2.0))
 with graph.inserting_after(relu):
     scale = graph.call_module("scale_out", (relu,))
-draw(gm, highlight=["scale_out"], title="步驟 1：新增 scale_out(relu)")
+draw_diff(before, gm, title="步驟 1：新增 scale_out(relu)")
 
 # %%
 # 新 node 讀 relu，可是還沒有人讀它：``output`` 仍然接在 relu 後面。
@@ -105,7 +106,7 @@ gm_bad = copy.deepcopy(gm)
 relu_bad = next(n for n in gm_bad.graph.nodes if n.name == "relu")
 scale_bad = next(n for n in gm_bad.graph.nodes if n.name == "scale_out")
 relu_bad.replace_all_uses_with(scale_bad)
-draw(gm_bad, highlight=["scale_out"], title="錯誤示範：少了 delete_user_cb")
+draw_diff(gm, gm_bad, title="錯誤示範：少了 delete_user_cb")
 
 # %%
 # scale_out 變成讀它自己（圖上那個繞回自己的箭頭），relu 反而沒有下游了。
@@ -120,8 +121,9 @@ with expect_error(RuntimeError, match="used before it has been defined"):
 # %%
 # 正確的做法是用 ``delete_user_cb`` 把新 node 自己排除在外：
 
+before = copy.deepcopy(gm)
 relu.replace_all_uses_with(scale, delete_user_cb=lambda user: user is not scale)
-draw(gm, highlight=["scale_out"], title="步驟 2：output 改讀 scale_out")
+draw_diff(before, gm, title="步驟 2：output 改讀 scale_out")
 
 # %%
 # 這就是「在 A 後面插入 B」的標準寫法：B 讀 A，其他原本讀 A 的 node 都改讀 B。
@@ -178,7 +180,7 @@ gm.recompile()
 with torch.no_grad():
     assert torch.equal(gm(x), base * 2), "換成 aten.mul 之後，輸出仍是原本的 2 倍"
 assert not hasattr(gm, "scale_out"), "模組也一併移除了"
-draw(gm, highlight=[mul.name], title="步驟 4：scale_out 換成 aten.mul")
+draw_diff(before, gm, title="步驟 4：scale_out 換成 aten.mul")
 
 # %%
 # ``mul_tensor`` 的第二個參數 ``2.0`` 是直接寫在 ``args`` 裡的 Python 常數；
@@ -204,7 +206,7 @@ graph.erase_node(mul)
 gm.recompile()
 with torch.no_grad():
     assert torch.equal(gm(x), base * 2), "常數改由 buffer 提供，輸出不變"
-draw(gm, highlight=[mul_t.name], title="步驟 5：常數改成 buffer + get_attr")
+draw_diff(before, gm, title="步驟 5：常數改成 buffer + get_attr")
 
 # %%
 # ``two`` 是 ``get_attr`` node；圖上不另畫一個框，而是寫在讀它的 node 標籤裡，記作 ``‹two›``。
@@ -233,7 +235,7 @@ gm.recompile()
 print(f"node 數：插入 neg 後 {nodes_with_neg} → eliminate_dead_code 後 {nodes_after_cleanup}")
 assert (nodes_with_neg, nodes_after_cleanup) == (10, 9), "只有 neg 被清掉"
 assert not any(node.name.startswith("neg") for node in graph.nodes), "neg 不見了"
-draw(gm, title="步驟 6：清理之後")
+draw_diff(before, gm, title="步驟 6：清理之後")
 
 # %%
 # ``_guards_fn`` 也沒有使用者，卻留了下來。原因不在於它是 ``call_module``：

@@ -87,7 +87,7 @@ assert placeholders[-1] == "x", "使用者的輸入排最後，名字和 forward
 # 步驟 2 — 讀 graph signature
 # ---------------------------
 # ``program.graph_signature`` 說明每個輸入是什麼：``PARAMETER``、``BUFFER`` 或 ``USER_INPUT``；
-# 提升的 parameter 與 buffer 還會註明它代表模型的哪個屬性。
+# 提升的參數（lifted parameter）與 buffer 還會註明它代表模型的哪個屬性。
 
 signature = program.graph_signature
 for spec in signature.input_specs:

@@ -98,7 +98,7 @@ for spec in signature.output_specs:
 # %%
 # parameter 與 buffer 正好就是模型的那些，順序也相同。
 # 輸入的命名有規則：parameter 加 ``p_``、buffer 加 ``b_``，
-# 後面接屬性路徑，並把 ``.`` 換成 ``_``（``conv.weight`` 變成 ``p_conv_weight``）。
+# 後面接屬性路徑，並把 ``.`` 換成 ``_`` （``conv.weight`` 變成 ``p_conv_weight``）。
 
 parameters = [name for name, _ in model.named_parameters()]
 assert list(signature.parameters) == parameters, "就是模型的 parameter，順序相同"
@@ -173,7 +173,7 @@ assert not guards.users, "它不傳回任何東西，所以沒有人讀它"
 
 # %%
 # eager 模型吃得下 batch 為 3 的輸入，匯出的圖卻拒絕它；
-# 失敗的檢查是 guard ``x.size()[0] == 2``（2 就是範例輸入的 batch 大小）。
+# 失敗的檢查是 guard ``x.size()[0] == 2`` （2 就是範例輸入的 batch 大小）。
 
 x3 = example_inputs(3)[0]
 with torch.no_grad():
@@ -268,7 +268,7 @@ assert torch.equal(from_unguarded, eager), "check_guards 只影響檢查，不�
 #          assert len(cnn_inputs) == len(cnn.state_dict()) + 1 == 10, "9 個狀態 tensor 加上 x"
 #          assert cnn_program.graph_signature.user_outputs == ("linear",), "fc 的 aten.linear"
 #
-# 2. 用 batch 為 4 的輸入匯出 ``conv_relu``。預測拿 ``x``（batch 為 2）呼叫它的
+# 2. 用 batch 為 4 的輸入匯出 ``conv_relu``。預測拿 ``x`` （batch 為 2）呼叫它的
 #    ``.module()`` 會發生什麼事。
 #
 #    .. dropdown:: 解答

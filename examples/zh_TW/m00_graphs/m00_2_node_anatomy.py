@@ -250,7 +250,7 @@ assert strict_conv.meta["source_fn_stack"][-1][1] is torch.nn.Conv2d, "strict: t
 #                               ``output``；``call_module`` 只有 ``_guards_fn``；沒有
 #                               ``call_method``
 # ``target``                    ``aten.conv2d.default`` 這類 ``OpOverload``，其餘是字串
-# ``args`` / ``kwargs``        node（圖的邊）與 Python 常數，依 schema 順序
+# ``args`` / ``kwargs``         node（圖的邊）與 Python 常數，依 schema 順序
 # ``all_input_nodes``           args 裡的 node：上游
 # ``users``                     讀這個 node 的 node：下游
 # ``meta["val"]``               fake tensor：有形狀、dtype、device，沒有資料

@@ -5,8 +5,8 @@ M00-3 找出 pattern：conv → batch norm → relu
 量化器在決定 quantize／dequantize node 放在哪裡之前，
 得先找出哪幾個 node 會合併成一個 fused kernel 執行，例如 conv → relu。
 本課用三種方法，找出匯出的圖裡每一條 conv →（batch norm →）relu：
-親手走訪 ``graph.nodes``、用 ``get_source_partitions``（依 node 來自的模組分組），
-以及用 ``SubgraphMatcher``（拿一張小的 pattern 圖逐個 node 比對）。
+親手走訪 ``graph.nodes``、用 ``get_source_partitions`` （依 node 來自的模組分組），
+以及用 ``SubgraphMatcher`` （拿一張小的 pattern 圖逐個 node 比對）。
 三種方法找到的 node 完全相同，而 torchao 的 ``X86InductorQuantizer`` 用的正是第二種。
 接著再看量化器實際拿到的是哪一張圖：做訓練後量化（PTQ）時，batch norm 早已摺疊進 conv。
 
@@ -269,7 +269,7 @@ assert found == [("conv2d", "batch_norm", new_relu.name)], "有了 meta，分組
 # 步驟 5 — 量化器拿到的是什麼
 # ----------------------------
 # 前面的鏈都來自匯出的圖，但量化器看到的並不是這張圖。
-# 做訓練後量化時，``prepare_pt2e``（M01-1）會先把每個 batch norm 摺疊進它前面的 conv，
+# 做訓練後量化時，``prepare_pt2e`` （M01-1）會先把每個 batch norm 摺疊進它前面的 conv，
 # 然後才呼叫 ``annotate``。``SeenByAnnotate`` 讓結果現形：量化器拿到的是 conv → relu。
 
 ptq = SeenByAnnotate()
@@ -295,7 +295,7 @@ assert "torch.nn.BatchNorm2d" in qat_patterns, "x86 的 QAT pattern 含有 batch
 # %%
 # 步驟 6 — 改比對 ATen target：本課程的量化器
 # --------------------------------------------
-# 本課程自己的 ``CourseQuantizer``（M02）走訪 ``graph.nodes``，比對 ATen target，和步驟 1 一樣。
+# 本課程自己的 ``CourseQuantizer`` （M02）走訪 ``graph.nodes``，比對 ATen target，和步驟 1 一樣。
 # PTQ 量化器拿到的是一個 conv 和它唯一的使用者 relu，用 target 就能描述得一清二楚；
 # 而且 target 不依賴 ``meta``，也不管模型是怎麼寫的。
 

@@ -280,9 +280,9 @@ with torch.no_grad():
 # 插入 observer         ``add_submodule`` + ``inserting_after`` + ``call_module`` +
 #                       ``replace_all_uses_with(delete_user_cb=...)``
 # observer → q/dq       ``inserting_before`` + ``call_function`` + ``replace_all_uses_with``
-#                       + ``erase_node``（+ ``delete_submodule``）
+#                       + ``erase_node`` （+ ``delete_submodule``）
 # 存 scale／zero point  Python 常數寫在參數裡，或 ``register_buffer`` + ``get_attr``
-# 收尾                  ``eliminate_dead_code``（留下 ``is_impure()`` 標記的 node）、
+# 收尾                  ``eliminate_dead_code`` （留下 ``is_impure()`` 標記的 node）、
 #                       ``lint``、``recompile``
 # ====================  ==================================================================
 #

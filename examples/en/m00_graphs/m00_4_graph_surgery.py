@@ -17,7 +17,8 @@ from, drawing the graph and checking the result with an ``assert`` after every s
   checks the result
 
 **Prerequisites**: :ref:`M00-1 · getting a graph
-<sphx_glr_lessons_m00_graphs_m00_1_getting_a_graph.py>` to :ref:`M00-3 · finding patterns
+<sphx_glr_lessons_m00_graphs_m00_1_getting_a_graph.py>`, :ref:`M00-2 · anatomy of a node
+<sphx_glr_lessons_m00_graphs_m00_2_node_anatomy.py>` and :ref:`M00-3 · finding patterns
 <sphx_glr_lessons_m00_graphs_m00_3_finding_patterns.py>`, or the article
 :ref:`FX Graph and Node basics <fx-basics>`.
 

@@ -306,9 +306,7 @@ assert "node.target in _WEIGHTED_OPS" in annotate_code, "它比對的是 aten ta
 # %%
 # ``FunctionalConvReLU`` 呼叫的是 ``F.conv2d`` 與 ``F.relu``：
 # ATen node 相同，卻沒有 ``Conv2d`` 模組。
-# x86 量化器的分組找不到它們（預設的 export 之後，
-# ``get_source_partitions`` 只能用字串形式的函式名稱比對函式，而這個量化器傳入的不是字串），
-# 所以什麼都沒標註；本課程的量化器則兩個 node 都標註了。
+# x86 量化器的分組找不到它們，所以什麼都沒標註；本課程的量化器則兩個 node 都標註了。
 # 反過來說，分組知道 node 來自哪個模組：要依模組類型或名稱設定量化方式，就少不了它。
 
 annotated = {}
@@ -320,10 +318,14 @@ for quantizer in (x86_quantizer(), CourseQuantizer()):
 print(annotated)
 assert annotated["X86InductorQuantizer"] == [], "以模組為準的分組什麼都沒找到"
 assert annotated["CourseQuantizer"] == ["conv2d", "relu"], "用 aten target 找到了 conv 與 relu"
-# sphinx_gallery_start_ignore
-assert not get_source_partitions(functional.graph, [F.conv2d])
-assert get_source_partitions(functional.graph, ["conv2d"])
-# sphinx_gallery_end_ignore
+
+# %%
+# x86 量化器為什麼漏掉函式寫法的 conv：預設的 export 之後，
+# ``get_source_partitions`` 只能用字串形式的函式名稱比對函式，
+# 而 x86 量化器傳入的是函式 ``F.conv2d`` 本身。
+
+assert not get_source_partitions(functional.graph, [F.conv2d]), "F.conv2d：找不到分組"
+assert get_source_partitions(functional.graph, ["conv2d"]), "用字串 'conv2d'：找到了"
 
 # %%
 # 小結
@@ -405,5 +407,5 @@ assert get_source_partitions(functional.graph, ["conv2d"])
 #
 # 下一課
 # ------
-# 讀圖到此為止。:ref:`M00-4 · 改圖 <sphx_glr_lessons_m00_graphs_m00_4_graph_surgery.py>`
-# 開始改圖：像 ``prepare_pt2e`` 和 ``convert_pt2e`` 那樣插入、改接、刪除 node。
+# 讀圖到此為止。下一課開始改圖：像 ``prepare_pt2e`` 和 ``convert_pt2e`` 那樣插入、改接、刪除 node，
+# 見 :ref:`M00-4 · 改圖 <sphx_glr_lessons_m00_graphs_m00_4_graph_surgery.py>`。

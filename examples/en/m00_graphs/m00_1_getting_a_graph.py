@@ -2,12 +2,13 @@
 M00-1 Getting a graph: torch.export and ExportedProgram
 =======================================================
 
-PT2E quantizes a graph, not Python code. ``torch.export.export`` runs a model once on example
-inputs and records every ATen operation it performs; the result, an ``ExportedProgram``, holds
-that graph together with the model's weights and a signature saying which graph input is which.
-``.module()`` then turns the program into the ``torch.fx.GraphModule`` that PT2E reads and edits.
-This lesson does both on a conv → batch norm → relu model and checks that the graph computes
-exactly what the model computes.
+PT2E quantizes a graph, not Python code. ``torch.export.export`` *traces* a model: it runs the
+Python code of ``forward`` once, on fake tensors that have the shapes and dtypes of the example
+inputs but no values, and records every ATen operation called. The result, an
+``ExportedProgram``, holds that graph together with the model's weights and a signature saying
+which graph input is which. ``.module()`` then turns the program into the
+``torch.fx.GraphModule`` that PT2E reads and edits. This lesson does both on a conv → batch
+norm → relu model and checks that the graph computes exactly what the model computes.
 
 **What you will learn**
 
@@ -16,8 +17,13 @@ exactly what the model computes.
   that checks the inputs
 - how to print a graph as Python code, and check it against the eager model
 
-**Prerequisites**: PyTorch itself (``nn.Module``, ``forward``); no ``torch.fx`` yet.
+**Prerequisites**: PyTorch itself (an ``nn.Module`` and its ``forward``; see
+`torch.nn.Module <https://docs.pytorch.org/docs/stable/generated/torch.nn.Module.html>`_);
+no ``torch.fx`` yet.
 """
+
+# SPDX-License-Identifier: BSD-3-Clause
+# sphinx_gallery_thumbnail_number = 2
 
 # %%
 # Setup
@@ -28,17 +34,12 @@ exactly what the model computes.
 
 import torch
 
+from common.expect import expect_error
 from common.models import example_inputs, get_model
 from common.pt2e import quiet
 from common.viz import draw
 
 quiet()
-
-
-def first_line(error):
-    """Keep the first line of an error message: the rest is usually hints and context."""
-    return str(error).splitlines()[0]
-
 
 model = get_model("conv_bn_relu")
 x = example_inputs(2)[0]
@@ -49,12 +50,29 @@ print(f"x: {tuple(x.shape)}")
 # Step 1 — Export the model
 # -------------------------
 # ``torch.export.export(model, args)`` takes the example inputs as a tuple, even when there is
-# only one. Each box in the picture is one ATen operation that ran; each ellipse is a graph input.
+# only one. Each box in the picture is one ATen operation that export recorded; each ellipse is
+# a graph input.
 
 program = torch.export.export(model, (x,))
 print(type(program).__name__)
-assert isinstance(program, torch.export.ExportedProgram)
+assert isinstance(program, torch.export.ExportedProgram), "export returns an ExportedProgram"
 draw(program.graph_module, title="ExportedProgram: the weights are graph inputs")
+
+# %%
+# Export ran the Python code of ``forward`` once, but not on the numbers in ``x``. A forward
+# pre-hook on the conv shows what the conv receives during an export: *fake* tensors (M00-2
+# looks at them), weights included. Only the shapes and dtypes of the example input matter:
+# exporting with a batch of zeros records the same graph.
+
+seen = []
+hook = model.conv.register_forward_pre_hook(
+    lambda conv, args: seen.append((type(args[0]).__name__, type(conv.weight).__name__))
+)
+zeros_program = torch.export.export(model, (torch.zeros_like(x),))
+hook.remove()
+print(f"conv input and weight during export: {seen}")
+assert seen == [("FakeTensor", "FakeTensor")], "forward ran once, on fake tensors"
+assert zeros_program.graph_module.code == program.graph_module.code, "values do not matter"
 
 # %%
 # The graph has eight inputs, not one. Export *lifts* every parameter and buffer into an
@@ -84,13 +102,16 @@ for spec in signature.output_specs:
 # rule: ``p_`` for a parameter or ``b_`` for a buffer, then the attribute path with ``_`` for
 # ``.`` (``conv.weight`` becomes ``p_conv_weight``).
 
-assert list(signature.parameters) == [name for name, _ in model.named_parameters()]
-assert list(signature.buffers) == [name for name, _ in model.named_buffers()]
-assert signature.user_inputs == ("x",) and signature.user_outputs == ("relu",)
+parameters = [name for name, _ in model.named_parameters()]
+assert list(signature.parameters) == parameters, "the model's parameters, in order"
+assert list(signature.buffers) == [name for name, _ in model.named_buffers()], "and its buffers"
 for spec in signature.input_specs:
     if spec.target is not None:
         prefix = "p_" if spec.kind.name == "PARAMETER" else "b_"
-        assert spec.arg.name == prefix + spec.target.replace(".", "_"), spec
+        assert spec.arg.name == prefix + spec.target.replace(".", "_"), f"p_/b_ + path: {spec}"
+# sphinx_gallery_start_ignore
+assert signature.user_inputs == ("x",) and signature.user_outputs == ("relu",)
+# sphinx_gallery_end_ignore
 
 # %%
 # The tensors themselves live in ``program.state_dict``. Export does not copy them: they are
@@ -102,13 +123,8 @@ assert program.state_dict["conv.weight"] is model.conv.weight, "the very same te
 # %%
 # An ``ExportedProgram`` cannot be called directly; the error names the way out.
 
-try:
+with expect_error(RuntimeError, match="module()"):
     program(x)
-    call_error = None
-except RuntimeError as error:
-    call_error = first_line(error)
-print(f"program(x) → RuntimeError: {call_error}")
-assert call_error is not None and "module()" in call_error
 
 # %%
 # Step 3 — Get a GraphModule with .module()
@@ -120,7 +136,7 @@ assert call_error is not None and "module()" in call_error
 gm = program.module()
 is_graph_module, is_module = isinstance(gm, torch.fx.GraphModule), isinstance(gm, torch.nn.Module)
 print(f"GraphModule? {is_graph_module}   nn.Module? {is_module}")
-assert is_graph_module and is_module
+assert is_graph_module and is_module, "a GraphModule is an nn.Module"
 draw(gm, highlight=["_guards_fn"], title="program.module(): get_attr nodes and _guards_fn")
 
 # %%
@@ -137,9 +153,10 @@ print(f"placeholders: {inputs}")
 print(f"get_attr:     {attrs}")
 assert inputs == ["x"], "only the user input is still a graph input"
 assert set(attrs.values()) == set(model.state_dict()), "one get_attr per state tensor"
-assert all(name == target.replace(".", "_") for name, target in attrs.items())
+assert all(name == target.replace(".", "_") for name, target in attrs.items()), "path, . → _"
 assert gm.get_parameter("conv.weight") is model.conv.weight, "still the model's own tensor"
-assert not next(n for n in gm.graph.nodes if n.name == "bn_num_batches_tracked").users
+unread = next(n for n in gm.graph.nodes if n.name == "bn_num_batches_tracked")
+assert not unread.users, "nothing reads bn_num_batches_tracked"
 
 # %%
 # Step 4 — What _guards_fn is for
@@ -152,8 +169,9 @@ assert not next(n for n in gm.graph.nodes if n.name == "bn_num_batches_tracked")
 guards = next(node for node in gm.graph.nodes if node.name == "_guards_fn")
 print(f"op={guards.op!r}  target={guards.target!r}")
 print(f"args={guards.args}  users={list(guards.users)}")
-assert guards.op == "call_module" and guards.target == "_guards_fn"
-assert [node.name for node in guards.args] == ["x"] and not guards.users
+assert guards.op == "call_module" and guards.target == "_guards_fn", "a call_module node"
+assert [node.name for node in guards.args] == ["x"], "it reads the inputs"
+assert not guards.users, "it returns nothing, so nobody reads it"
 
 # %%
 # The eager model accepts a batch of 3; the exported graph refuses it, and the failing
@@ -162,13 +180,8 @@ assert [node.name for node in guards.args] == ["x"] and not guards.users
 x3 = example_inputs(3)[0]
 with torch.no_grad():
     print(f"model(x3): {tuple(model(x3).shape)}")
-try:
+with expect_error(AssertionError, match=f"x.size()[0] == {x.shape[0]}"):
     gm(x3)
-    guard_error = None
-except AssertionError as error:
-    guard_error = first_line(error)
-print(f"gm(x3) → AssertionError: {guard_error}")
-assert guard_error is not None and f"x.size()[0] == {x.shape[0]}" in guard_error
 
 # %%
 # ``program.module(check_guards=False)`` leaves ``_guards_fn`` out. The input is still
@@ -177,16 +190,11 @@ assert guard_error is not None and f"x.size()[0] == {x.shape[0]}" in guard_error
 
 gm_unguarded = program.module(check_guards=False)
 unguarded_names = [node.name for node in gm_unguarded.graph.nodes]
-try:
-    gm_unguarded(x3)
-    hook_error = None
-except RuntimeError as error:
-    hook_error = first_line(error)
 print(f"nodes: {unguarded_names}")
-print(f"gm_unguarded(x3) → RuntimeError: {hook_error}")
-assert "_guards_fn" not in unguarded_names
+assert "_guards_fn" not in unguarded_names, "no _guards_fn node"
 assert len(unguarded_names) == len(gm.graph.nodes) - 1, "the same graph, minus _guards_fn"
-assert hook_error is not None and f"to be equal to {x.shape[0]}" in hook_error
+with expect_error(RuntimeError, match=f"to be equal to {x.shape[0]}"):
+    gm_unguarded(x3)
 
 # %%
 # Graph passes see ``_guards_fn`` like any other node: a pass that treats every
@@ -198,8 +206,8 @@ assert hook_error is not None and f"to be equal to {x.shape[0]}" in hook_error
 # order. The ``get_attr`` nodes are the ``self.conv.weight`` lines.
 
 print(gm.code.strip())
-assert "conv_weight = self.conv.weight" in gm.code
-assert "self._guards_fn(x)" in gm.code
+assert "conv_weight = self.conv.weight" in gm.code, "a get_attr node is an attribute read"
+assert "self._guards_fn(x)" in gm.code, "the guard node is a call of the submodule"
 
 # %%
 # ``print_readable`` prints the same code with each value's dtype and shape (taken from
@@ -211,7 +219,8 @@ readable = gm.print_readable(print_output=False)
 for line in readable.splitlines():
     if "torch.ops.aten" in line:
         print(line.split(";")[0].strip())
-assert 'conv2d: "f32[2, 8, 16, 16]" = torch.ops.aten.conv2d.default' in readable
+conv_line = 'conv2d: "f32[2, 8, 16, 16]" = torch.ops.aten.conv2d.default'
+assert conv_line in readable, "the conv's output is f32[2, 8, 16, 16]"
 
 # %%
 # Step 6 — Check the graph against the eager model
@@ -240,6 +249,61 @@ assert torch.equal(from_unguarded, eager), "check_guards changes the checks, not
 # ``check_guards=False``  the same graph without ``_guards_fn``; a pre-hook checks instead
 # ======================  =================================================================
 #
-# Next, :ref:`sphx_glr_lessons_m00_graphs_m00_2_node_anatomy.py` takes one node apart: its
-# ``op``, ``target``, ``args``, ``users`` and ``meta``. The article :ref:`fx-basics` sums up
-# the whole module on one page.
+# Export traced ``forward`` once on fake tensors; the graph it recorded computes exactly what
+# the model computes, for inputs of the exported shape.
+
+# %%
+# Exercises
+# ---------
+# 1. Export ``small_cnn`` instead. Predict how many placeholders the ``ExportedProgram``'s
+#    graph has, and the name of its user output.
+#
+#    .. dropdown:: Solution
+#
+#       .. code-block:: python
+#
+#          cnn = get_model("small_cnn")
+#          cnn_program = torch.export.export(cnn, (x,))
+#          cnn_inputs = [n for n in cnn_program.graph.nodes if n.op == "placeholder"]
+#          assert len(cnn_inputs) == len(cnn.state_dict()) + 1 == 10, "9 state tensors + x"
+#          assert cnn_program.graph_signature.user_outputs == ("linear",), "the fc's aten.linear"
+#
+# 2. Export ``conv_relu`` with a batch of 4. Predict what calling its ``.module()`` on ``x``
+#    (a batch of 2) does.
+#
+#    .. dropdown:: Solution
+#
+#       .. code-block:: python
+#
+#          gm4 = torch.export.export(get_model("conv_relu"), example_inputs(4)).module()
+#          with expect_error(AssertionError, match="x.size()[0] == 4"):
+#              gm4(x)
+#
+# 3. Export ``model`` again with ``dynamic_shapes={"x": {0: torch.export.Dim("batch")}}``.
+#    Predict what ``.module()`` does with ``x3``, and what ``meta["val"]`` of ``conv2d`` holds
+#    as its batch size.
+#
+#    .. dropdown:: Solution
+#
+#       .. code-block:: python
+#
+#          dynamic = {"x": {0: torch.export.Dim("batch")}}
+#          gm_dynamic = torch.export.export(model, (x,), dynamic_shapes=dynamic).module()
+#          with torch.no_grad():
+#              assert torch.equal(gm_dynamic(x3), model(x3)), "a batch of 3 is accepted now"
+#          conv_val = next(n for n in gm_dynamic.graph.nodes if n.name == "conv2d").meta["val"]
+#          assert isinstance(conv_val.shape[0], torch.SymInt), "the batch size is a symbol"
+
+# %%
+# Further reading
+# ---------------
+# - `torch.export <https://docs.pytorch.org/docs/stable/export.html>`_: ``ExportedProgram``,
+#   the graph signature, dynamic shapes and strict versus non-strict tracing.
+# - `torch.fx <https://docs.pytorch.org/docs/stable/fx.html>`_: ``GraphModule`` and its
+#   generated code.
+#
+# Next
+# ----
+# :ref:`M00-2 · anatomy of a node <sphx_glr_lessons_m00_graphs_m00_2_node_anatomy.py>` takes
+# one node apart: its ``op``, ``target``, ``args``, ``users`` and ``meta``. The article
+# :ref:`FX Graph and Node basics <fx-basics>` sums up the whole module on one page.

@@ -17,8 +17,12 @@ from exactly these fields.
 - ``meta["val"]``, ``meta["nn_module_stack"]`` and ``meta["source_fn_stack"]``: shape, dtype
   and the module each node came from
 
-**Prerequisites**: :ref:`sphx_glr_lessons_m00_graphs_m00_1_getting_a_graph.py`.
+**Prerequisites**: :ref:`M00-1 · getting a graph
+<sphx_glr_lessons_m00_graphs_m00_1_getting_a_graph.py>`.
 """
+
+# SPDX-License-Identifier: BSD-3-Clause
+# sphinx_gallery_thumbnail_number = 2
 
 # %%
 # Setup
@@ -29,8 +33,9 @@ from exactly these fields.
 from collections import Counter
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensor
+from torch._subclasses.fake_tensor import DataDependentOutputException, FakeTensor
 
+from common.expect import expect_error
 from common.models import example_inputs, get_model
 from common.pt2e import export_module, quiet
 from common.viz import draw
@@ -73,8 +78,9 @@ module_calls = [node.target for node in gm.graph.find_nodes(op="call_module")]
 print(f"call_module targets in the exported graph: {module_calls}")
 print(f"leaf submodules of the model:              {leaf_modules}")
 assert exported["get_attr"] == len(model.state_dict()), "one get_attr per parameter or buffer"
-assert module_calls == ["_guards_fn"]
-assert exported["call_method"] == 0 and traced["get_attr"] == 0
+assert module_calls == ["_guards_fn"], "the only call_module: _guards_fn"
+assert exported["call_method"] == 0, "export: no call_method"
+assert traced["get_attr"] == 0, "symbolic_trace: the weights stay inside the modules"
 assert traced["call_module"] == len(leaf_modules), "symbolic_trace: one call_module per layer"
 
 # %%
@@ -89,9 +95,10 @@ print(f"{type(conv.target).__name__}: {conv.target}")
 print(f"schema: {conv.target._schema}")
 for name in ("x", "conv_weight", "_guards_fn", "output"):
     print(f"{nodes[name].op:12} {name:12} target={nodes[name].target!r}")
-assert isinstance(conv.target, torch._ops.OpOverload)
+assert isinstance(conv.target, torch._ops.OpOverload), "an OpOverload"
 assert conv.target == torch.ops.aten.conv2d.default, "compare targets with the op itself"
-assert all(isinstance(n.target, str) for n in gm.graph.nodes if n.op != "call_function")
+other_targets = [n.target for n in gm.graph.nodes if n.op != "call_function"]
+assert all(isinstance(t, str) for t in other_targets), "a string for the other kinds"
 
 # %%
 # The overload matters: ``torch.flatten(x, 1)`` was recorded as ``aten.flatten.using_ints``,
@@ -100,8 +107,8 @@ assert all(isinstance(n.target, str) for n in gm.graph.nodes if n.op != "call_fu
 
 flatten = nodes["flatten"]
 print(f"{flatten.target.name()}   overloadpacket: {flatten.target.overloadpacket}")
-assert flatten.target == torch.ops.aten.flatten.using_ints
-assert flatten.target.overloadpacket == torch.ops.aten.flatten
+assert flatten.target == torch.ops.aten.flatten.using_ints, "not .default"
+assert flatten.target.overloadpacket == torch.ops.aten.flatten, "any flatten overload"
 
 # %%
 # Step 3 — args and kwargs: what the node reads
@@ -115,7 +122,7 @@ for argument, value in zip(schema_args, conv.args, strict=False):
     kind = "Node" if isinstance(value, torch.fx.Node) else "constant"
     print(f"{argument.name:8} = {value!s:12} ({kind})")
 print(f"kwargs = {conv.kwargs}")
-assert [a.name for a in conv.args[:3]] == ["x", "conv_weight", "conv_bias"]
+assert [a.name for a in conv.args[:3]] == ["x", "conv_weight", "conv_bias"], "tensors: nodes"
 assert conv.args[3:] == ([1, 1], [1, 1]) and conv.kwargs == {}, "stride 1 and padding 1"
 assert len(conv.args) == 5 < len(schema_args) == 7, "dilation and groups keep their defaults"
 
@@ -128,8 +135,9 @@ pool = nodes["max_pool2d"]
 print(f"conv2d.all_input_nodes     = {conv.all_input_nodes}")
 print(f"max_pool2d.args            = {pool.args}")
 print(f"max_pool2d.all_input_nodes = {pool.all_input_nodes}")
-assert conv.all_input_nodes == [a for a in conv.args if isinstance(a, torch.fx.Node)]
-assert pool.args[1:] == ([2, 2], [2, 2]) and pool.all_input_nodes == [nodes["relu"]]
+assert conv.all_input_nodes == [a for a in conv.args if isinstance(a, torch.fx.Node)], "nodes"
+assert pool.args[1:] == ([2, 2], [2, 2]), "kernel size 2, stride 2"
+assert pool.all_input_nodes == [nodes["relu"]], "its only input node is relu"
 
 # %%
 # Step 4 — users and all_input_nodes: the two directions
@@ -140,8 +148,8 @@ assert pool.args[1:] == ([2, 2], [2, 2]) and pool.all_input_nodes == [nodes["rel
 
 print(f"x.users = {list(nodes['x'].users)}")
 print(f"conv2d.all_input_nodes = {conv.all_input_nodes}   conv2d.users = {list(conv.users)}")
-assert list(nodes["x"].users) == [conv, nodes["_guards_fn"]]
-assert list(conv.users) == [nodes["batch_norm"]]
+assert list(nodes["x"].users) == [conv, nodes["_guards_fn"]], "x: the conv and the guard"
+assert list(conv.users) == [nodes["batch_norm"]], "batch_norm reads conv2d"
 draw(gm, highlight=["x", "conv2d", "_guards_fn"], title="x and its two users")
 
 # %%
@@ -154,25 +162,22 @@ for node in gm.graph.nodes:
         assert node in source.users, f"{source.name} -> {node.name} missing from users"
     for user in node.users:
         assert node in user.all_input_nodes, f"{node.name} -> {user.name} missing from inputs"
-assert not nodes["x"].all_input_nodes and not nodes["output"].users
+assert not nodes["x"].all_input_nodes, "a placeholder reads nothing"
+assert not nodes["output"].users, "nothing reads the output node"
 print("every edge appears in both directions")
 
 # %%
 # Step 5 — meta["val"]: shape and dtype without running the model
 # ----------------------------------------------------------------
-# Export ran the model on *fake* tensors: tensors that have a shape, dtype and device but no
-# data. Each node keeps its fake result in ``meta["val"]``. Asking for its values fails.
+# Export traced the model on *fake* tensors (M00-1): tensors that have a shape, dtype and
+# device but no data. Each node keeps its fake result in ``meta["val"]``. Asking for its values
+# fails.
 
 val = conv.meta["val"]
 print(f"{type(val).__name__}  shape={tuple(val.shape)}  dtype={val.dtype}  device={val.device}")
-assert isinstance(val, FakeTensor)
-try:
+assert isinstance(val, FakeTensor), "meta['val'] is a FakeTensor"
+with expect_error(DataDependentOutputException):
     torch.equal(val, val)
-    data_error = None
-except Exception as error:
-    data_error = type(error).__name__
-print(f"torch.equal(val, val) → {data_error}")
-assert data_error == "DataDependentOutputException", "a fake tensor has no data to compare"
 
 # %%
 # To check these shapes against real values, run the graph node by node with
@@ -188,13 +193,13 @@ for node, real in interpreter.env.items():
     if isinstance(real, torch.Tensor) and node.op == "call_function":
         print(f"{node.name:11} fake {tuple(fake.shape)!s:16} real {tuple(real.shape)}")
     if isinstance(real, torch.Tensor):
-        assert fake.shape == real.shape and fake.dtype == real.dtype, node.name
+        assert fake.shape == real.shape and fake.dtype == real.dtype, f"{node.name}: fake = real"
 
 # %%
 # Note that the batch size in ``meta["val"]`` is 2, the batch of the example input: this is
 # the same specialisation that ``_guards_fn`` checks (M00-1).
 
-assert nodes["linear"].meta["val"].shape == (x.shape[0], 10)
+assert nodes["linear"].meta["val"].shape == (x.shape[0], 10), "batch 2, as exported"
 
 # %%
 # Step 6 — meta["nn_module_stack"]: which module a node came from
@@ -222,8 +227,8 @@ assert flatten_stack == [("", "common.models.SmallCNN")], "called by the root's 
 print(f"source_fn_stack in meta: {'source_fn_stack' in conv.meta}")
 for node in calls:
     print(f"{node.name:11} torch_fn={node.meta['torch_fn']}")
-assert not any("source_fn_stack" in node.meta for node in gm.graph.nodes)
-assert conv.meta["torch_fn"][1] == "builtin_function_or_method.conv2d"
+assert not any("source_fn_stack" in node.meta for node in gm.graph.nodes), "not filled"
+assert conv.meta["torch_fn"][1] == "builtin_function_or_method.conv2d", "torch_fn instead"
 
 # %%
 # ``strict=True`` export traces the bytecode with TorchDynamo and does record
@@ -238,7 +243,7 @@ for node in strict_gm.graph.nodes:
     name, source = node.meta["source_fn_stack"][-1]
     print(f"{node.name:11} source_fn_stack[-1]=({name!r}, {source.__name__})")
 strict_conv = next(n for n in strict_gm.graph.nodes if n.name == "conv2d")
-assert strict_conv.meta["source_fn_stack"][-1][1] is torch.nn.Conv2d
+assert strict_conv.meta["source_fn_stack"][-1][1] is torch.nn.Conv2d, "strict: the module class"
 
 # %%
 # Summary
@@ -259,5 +264,58 @@ assert strict_conv.meta["source_fn_stack"][-1][1] is torch.nn.Conv2d
 #                               ``strict=True``)
 # ============================  ===========================================================
 #
-# Next, :ref:`sphx_glr_lessons_m00_graphs_m00_3_finding_patterns.py` uses these fields to find
-# every conv → batch norm → relu chain, by hand and with the library tools quantizers use.
+# A quantizer decides where to quantize from these fields alone.
+
+# %%
+# Exercises
+# ---------
+# 1. Export ``linear_relu``. Predict its number of ``get_attr`` nodes, the ``target`` of its
+#    flatten node and the shape in ``meta["val"]`` of its ``linear`` node.
+#
+#    .. dropdown:: Solution
+#
+#       .. code-block:: python
+#
+#          lin = {n.name: n for n in export_module(get_model("linear_relu"), (x,)).graph.nodes}
+#          assert [n.op for n in lin.values()].count("get_attr") == 2, "weight and bias"
+#          assert lin["flatten"].target == torch.ops.aten.flatten.using_ints, "torch.flatten(x, 1)"
+#          assert lin["linear"].meta["val"].shape == (2, 10), "batch 2, 10 outputs"
+#
+# 2. Export ``small_cnn`` with a batch of 5. Predict the shape in ``meta["val"]`` of
+#    ``flatten``.
+#
+#    .. dropdown:: Solution
+#
+#       .. code-block:: python
+#
+#          gm5 = export_module(get_model("small_cnn"), example_inputs(5))
+#          flat5 = next(n for n in gm5.graph.nodes if n.name == "flatten")
+#          assert flat5.meta["val"].shape == (5, 8 * 8 * 8), "8 channels of 8 × 8 after the pool"
+#
+# 3. Predict which ``call_function`` nodes of ``gm`` have ``bn`` as the path of their
+#    innermost ``nn_module_stack`` entry, and which have the root, ``""``.
+#
+#    .. dropdown:: Solution
+#
+#       .. code-block:: python
+#
+#          def innermost_path(node):
+#              return list(node.meta["nn_module_stack"].values())[-1][0]
+#
+#          from_bn = [n.name for n in calls if innermost_path(n) == "bn"]
+#          from_root = [n.name for n in calls if innermost_path(n) == ""]
+#          assert from_bn == ["batch_norm"] and from_root == ["flatten"], (from_bn, from_root)
+
+# %%
+# Further reading
+# ---------------
+# - `torch.fx <https://docs.pytorch.org/docs/stable/fx.html>`_: the ``Node`` class and its
+#   fields.
+# - `torch.export <https://docs.pytorch.org/docs/stable/export.html>`_: the IR it produces,
+#   with the node metadata it records.
+#
+# Next
+# ----
+# :ref:`M00-3 · finding patterns <sphx_glr_lessons_m00_graphs_m00_3_finding_patterns.py>` uses
+# these fields to find every conv → batch norm → relu chain, by hand and with the library
+# tools quantizers use.

@@ -2,33 +2,38 @@
 M00-2 拆解一個 node
 ===================
 
-``torch.fx`` 的圖就是一串 ``Node`` 物件，而每個 node 只有少數幾個欄位：它是哪一種 node
-（``op`` ）、呼叫什麼（``target`` ）、讀取什麼（``args`` ／ ``kwargs`` ）、被誰讀取
-（``users`` ），以及一個由 export 記下各種資訊的 ``meta`` 字典。本課把一個小 CNN 的 node
-逐欄拆開，並把每個欄位拿回模型上驗證：``meta`` 裡的形狀對照真正執行一次的結果，``meta``
-裡的模組名稱對照模型自己的子模組。量化器決定在哪裡量化，靠的正是這些欄位。
+``torch.fx`` 的圖就是一串 ``Node`` 物件，而每個 node 只有少數幾個欄位：
+它是哪一種 node（``op``）、呼叫什麼（``target``）、讀取什麼（``args``／``kwargs``）、
+被誰讀取（``users``），以及一個由 export 記下各種資訊的 ``meta`` 字典。
+本課把一個小 CNN 的 node 逐欄拆開，並把每個欄位拿回模型上驗證：
+``meta`` 裡的形狀對照真正執行一次的結果，``meta`` 裡的模組名稱對照模型自己的子模組。
+量化器決定在哪裡量化，靠的正是這些欄位。
 
 **你會學到**
 
-- 六種 ``op`` ，以及匯出的圖裡會出現哪幾種
-- ``target`` 、``args`` 、``users`` 與 ``all_input_nodes`` ：node 呼叫什麼、node 之間怎麼相連
-- ``meta["val"]`` 、``meta["nn_module_stack"]`` 與 ``meta["source_fn_stack"]`` ：形狀、dtype，
+- 六種 ``op``，以及匯出的圖裡會出現哪幾種
+- ``target``、``args``、``users`` 與 ``all_input_nodes``：node 呼叫什麼、node 之間怎麼相連
+- ``meta["val"]``、``meta["nn_module_stack"]`` 與 ``meta["source_fn_stack"]``：形狀、dtype，
   以及每個 node 來自哪個模組
 
-**先備知識**：:ref:`sphx_glr_lessons_m00_graphs_m00_1_getting_a_graph.py` 。
+**先備知識**：:ref:`M00-1 · 取得計算圖 <sphx_glr_lessons_m00_graphs_m00_1_getting_a_graph.py>`。
 """
+
+# SPDX-License-Identifier: BSD-3-Clause
+# sphinx_gallery_thumbnail_number = 2
 
 # %%
 # 準備
 # ----
 # ``small_cnn`` 是 conv → batch norm → relu → max pool → flatten → linear。
-# ``export_module`` 就是 M00-1 的 ``torch.export.export(model, args).module()`` 。
+# ``export_module`` 就是 M00-1 的 ``torch.export.export(model, args).module()``。
 
 from collections import Counter
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensor
+from torch._subclasses.fake_tensor import DataDependentOutputException, FakeTensor
 
+from common.expect import expect_error
 from common.models import example_inputs, get_model
 from common.pt2e import export_module, quiet
 from common.viz import draw
@@ -44,9 +49,10 @@ draw(gm, title="匯出後的 small_cnn")
 # %%
 # 步驟 1 — 六種 node
 # ------------------
-# ``node.op`` 是六個字串之一。為了六種都看到，這裡把匯出的圖，和 ``torch.fx.symbolic_trace``
-# 產生的圖並排比較；symbolic_trace 是較早的 tracer，它用代理物件（proxy）走過 ``forward``
-# 的 Python 程式碼，而不是執行 ATen 運算。另外再加上一個呼叫 tensor「方法」的一行函數。
+# ``node.op`` 是六個字串之一。為了六種都看到，這裡把匯出的圖，
+# 和 ``torch.fx.symbolic_trace`` 產生的圖並排比較；symbolic_trace 是較早的 tracer，
+# 它用代理物件（proxy）走過 ``forward`` 的 Python 程式碼，而不是執行 ATen 運算。
+# 另外再加上一個呼叫 tensor「方法」的一行函式。
 
 OP_KINDS = ("placeholder", "get_attr", "call_function", "call_module", "call_method", "output")
 exported = Counter(node.op for node in gm.graph.nodes)
@@ -58,116 +64,115 @@ for op in OP_KINDS:
 assert set(exported) | set(traced) | set(method) == set(OP_KINDS), "只有這六種"
 
 # %%
-# 在匯出的圖裡，所有計算都是呼叫 ATen 運算子的 ``call_function`` ；weight 是 ``get_attr``
-# node（``state_dict`` 的每一項各一個）；唯一的 ``call_module`` 是 M00-1 提過的
-# ``_guards_fn`` 。``symbolic_trace`` 則把每個子模組保留成一個 ``call_module`` node，weight
-# 留在模組裡面；像 ``t.flatten(1)`` 這樣的 tensor 方法會變成 ``call_method`` 。export 的圖裡
-# 沒有 ``call_method`` ：它記下的是方法背後的 ATen 運算子。
+# 在匯出的圖裡，所有計算都是呼叫 ATen 運算子的 ``call_function``；
+# weight 是 ``get_attr`` node（``state_dict`` 的每一項各一個）；
+# 唯一的 ``call_module`` 是 M00-1 提過的 ``_guards_fn``。
+# ``symbolic_trace`` 則把每個子模組保留成一個 ``call_module`` node，weight 留在模組裡面；
+# 像 ``t.flatten(1)`` 這樣的 tensor 方法會變成 ``call_method``。
+# export 的圖裡沒有 ``call_method``：它記下的是方法背後的 ATen 運算子。
 
 leaf_modules = [name for name, m in model.named_modules() if not list(m.children())]
 module_calls = [node.target for node in gm.graph.find_nodes(op="call_module")]
 print(f"匯出的圖裡，call_module 的 target：{module_calls}")
 print(f"模型最底層的子模組：{leaf_modules}")
 assert exported["get_attr"] == len(model.state_dict()), "每個 parameter 或 buffer 一個 get_attr"
-assert module_calls == ["_guards_fn"]
-assert exported["call_method"] == 0 and traced["get_attr"] == 0
+assert module_calls == ["_guards_fn"], "the only call_module: _guards_fn"
+assert exported["call_method"] == 0, "export: no call_method"
+assert traced["get_attr"] == 0, "symbolic_trace: the weights stay inside the modules"
 assert traced["call_module"] == len(leaf_modules), "symbolic_trace：每一層一個 call_module"
 
 # %%
 # 步驟 2 — target：node 呼叫什麼
 # -------------------------------
-# 匯出的圖裡，``call_function`` node 的 ``target`` 是 ``OpOverload`` ：一個 ATen 運算子
-# （``aten.conv2d`` ）加上它的某一個 overload（``default`` ），overload 決定了確切的
-# signature。其他種類的 node，``target`` 則是字串：名字或屬性路徑。
+# 匯出的圖裡，``call_function`` node 的 ``target`` 是 ``OpOverload``：
+# 一個 ATen 運算子（``aten.conv2d``）加上它的某一個 overload（``default``），
+# overload 決定了確切的 signature。其他種類的 node，``target`` 則是字串：名字或屬性路徑。
 
 conv = nodes["conv2d"]
 print(f"{type(conv.target).__name__}: {conv.target}")
 print(f"schema: {conv.target._schema}")
 for name in ("x", "conv_weight", "_guards_fn", "output"):
     print(f"{nodes[name].op:12} {name:12} target={nodes[name].target!r}")
-assert isinstance(conv.target, torch._ops.OpOverload)
+assert isinstance(conv.target, torch._ops.OpOverload), "an OpOverload"
 assert conv.target == torch.ops.aten.conv2d.default, "直接拿 op 本身來比較 target"
-assert all(isinstance(n.target, str) for n in gm.graph.nodes if n.op != "call_function")
+other_targets = [n.target for n in gm.graph.nodes if n.op != "call_function"]
+assert all(isinstance(t, str) for t in other_targets), "a string for the other kinds"
 
 # %%
-# overload 不能忽略：``torch.flatten(x, 1)`` 被記成 ``aten.flatten.using_ints`` ，而不是
-# ``.default`` 。找 ``aten.flatten.default`` 的 pass 會什麼都找不到；哪個 overload 都可以的
-# 時候，就比較 ``target.overloadpacket`` 。
+# overload 不能忽略：``torch.flatten(x, 1)`` 被記成 ``aten.flatten.using_ints``，
+# 而不是 ``.default``。找 ``aten.flatten.default`` 的 pass 會什麼都找不到；
+# 哪個 overload 都可以的時候，就比較 ``target.overloadpacket``。
 
 flatten = nodes["flatten"]
 print(f"{flatten.target.name()}   overloadpacket: {flatten.target.overloadpacket}")
-assert flatten.target == torch.ops.aten.flatten.using_ints
-assert flatten.target.overloadpacket == torch.ops.aten.flatten
+assert flatten.target == torch.ops.aten.flatten.using_ints, "not .default"
+assert flatten.target.overloadpacket == torch.ops.aten.flatten, "any flatten overload"
 
 # %%
 # 步驟 3 — args 與 kwargs：node 讀取什麼
 # --------------------------------------
-# ``args`` 依運算子 schema 的順序排列。有些項目是其他 node（也就是 tensor），有些是直接寫進
-# 圖裡的 Python 常數（stride 與 padding）。維持預設值的參數（``dilation`` 、``groups`` ）
-# 就乾脆不寫。
+# ``args`` 依運算子 schema 的順序排列。有些項目是其他 node（也就是 tensor），
+# 有些是直接寫進圖裡的 Python 常數（stride 與 padding）。
+# 維持預設值的參數（``dilation``、``groups``）就乾脆不寫。
 
 schema_args = conv.target._schema.arguments
 for argument, value in zip(schema_args, conv.args, strict=False):
     kind = "node" if isinstance(value, torch.fx.Node) else "常數"
     print(f"{argument.name:8} = {value!s:12} ({kind})")
 print(f"kwargs = {conv.kwargs}")
-assert [a.name for a in conv.args[:3]] == ["x", "conv_weight", "conv_bias"]
+assert [a.name for a in conv.args[:3]] == ["x", "conv_weight", "conv_bias"], "tensors: nodes"
 assert conv.args[3:] == ([1, 1], [1, 1]) and conv.kwargs == {}, "stride 為 1、padding 為 1"
 assert len(conv.args) == 5 < len(schema_args) == 7, "dilation 與 groups 維持預設值"
 
 # %%
 # ``all_input_nodes`` 只留下 ``args`` 與 ``kwargs`` 裡的 node，也就是圖上的邊。
-# ``max_pool2d`` 則是另一個極端：除了輸入之外全是常數，kernel 大小 2、stride 2
-# （``nn.MaxPool2d(2)`` 沒給 stride 時就用 kernel 大小）。
+# ``max_pool2d`` 則是另一個極端：除了輸入之外全是常數，
+# kernel 大小 2、stride 2（``nn.MaxPool2d(2)`` 沒給 stride 時就用 kernel 大小）。
 
 pool = nodes["max_pool2d"]
 print(f"conv2d.all_input_nodes     = {conv.all_input_nodes}")
 print(f"max_pool2d.args            = {pool.args}")
 print(f"max_pool2d.all_input_nodes = {pool.all_input_nodes}")
-assert conv.all_input_nodes == [a for a in conv.args if isinstance(a, torch.fx.Node)]
-assert pool.args[1:] == ([2, 2], [2, 2]) and pool.all_input_nodes == [nodes["relu"]]
+assert conv.all_input_nodes == [a for a in conv.args if isinstance(a, torch.fx.Node)], "nodes"
+assert pool.args[1:] == ([2, 2], [2, 2]), "kernel size 2, stride 2"
+assert pool.all_input_nodes == [nodes["relu"]], "its only input node is relu"
 
 # %%
 # 步驟 4 — users 與 all_input_nodes：兩個方向
 # -------------------------------------------
 # ``all_input_nodes`` 指向上游，``users`` 指向下游。``x`` 有兩個使用者：conv 和 guard 檢查。
-# ``users`` 是一個以 node 為鍵的字典（值沒有用途），所以要寫 ``list(node.users)`` 。
+# ``users`` 是一個以 node 為鍵的字典（值沒有用途），所以要寫 ``list(node.users)``。
 
 print(f"x.users = {list(nodes['x'].users)}")
 print(f"conv2d.all_input_nodes = {conv.all_input_nodes}   conv2d.users = {list(conv.users)}")
-assert list(nodes["x"].users) == [conv, nodes["_guards_fn"]]
-assert list(conv.users) == [nodes["batch_norm"]]
+assert list(nodes["x"].users) == [conv, nodes["_guards_fn"]], "x: the conv and the guard"
+assert list(conv.users) == [nodes["batch_norm"]], "batch_norm reads conv2d"
 draw(gm, highlight=["x", "conv2d", "_guards_fn"], title="x 與它的兩個使用者")
 
 # %%
-# FX 讓兩個方向永遠一致：只要 B 讀 A，A 的 users 裡就有 B。M00-4 只改 ``args`` 就能
-# 重新接線，靠的就是這一點。兩端的 node 各有一邊是空的：placeholder 不讀任何 node，
-# output node 沒有使用者。
+# FX 讓兩個方向永遠一致：只要 B 讀 A，A 的 users 裡就有 B。M00-4 只改 ``args`` 就能重新接線，
+# 靠的就是這一點。兩端的 node 各有一邊是空的：placeholder 不讀任何 node，output node 沒有使用者。
 
 for node in gm.graph.nodes:
     for source in node.all_input_nodes:
         assert node in source.users, f"{source.name} -> {node.name} 不在 users 裡"
     for user in node.users:
         assert node in user.all_input_nodes, f"{node.name} -> {user.name} 不在輸入裡"
-assert not nodes["x"].all_input_nodes and not nodes["output"].users
+assert not nodes["x"].all_input_nodes, "a placeholder reads nothing"
+assert not nodes["output"].users, "nothing reads the output node"
 print("每條邊在兩個方向都找得到")
 
 # %%
 # 步驟 5 — meta["val"]：不必執行就知道形狀與 dtype
 # -------------------------------------------------
-# export 是拿「假」tensor（fake tensor）執行模型的：它有形狀、dtype、device，卻沒有資料。
-# 每個 node 把自己的假結果存在 ``meta["val"]`` 。要讀它的數值就會失敗。
+# export 是拿「假」tensor（fake tensor）追蹤模型的（M00-1）：它有形狀、dtype、device，卻沒有資料。
+# 每個 node 把自己的假結果存在 ``meta["val"]``。要讀它的數值就會失敗。
 
 val = conv.meta["val"]
 print(f"{type(val).__name__}  shape={tuple(val.shape)}  dtype={val.dtype}  device={val.device}")
-assert isinstance(val, FakeTensor)
-try:
+assert isinstance(val, FakeTensor), "meta['val'] is a FakeTensor"
+with expect_error(DataDependentOutputException):
     torch.equal(val, val)
-    data_error = None
-except Exception as error:
-    data_error = type(error).__name__
-print(f"torch.equal(val, val) → {data_error}")
-assert data_error == "DataDependentOutputException", "fake tensor 沒有資料可以比較"
 
 # %%
 # 要拿真正的數值來核對這些形狀，就用 ``torch.fx.Interpreter`` 逐個 node 執行這張圖；
@@ -183,21 +188,21 @@ for node, real in interpreter.env.items():
     if isinstance(real, torch.Tensor) and node.op == "call_function":
         print(f"{node.name:11} 假 {tuple(fake.shape)!s:16} 真 {tuple(real.shape)}")
     if isinstance(real, torch.Tensor):
-        assert fake.shape == real.shape and fake.dtype == real.dtype, node.name
+        assert fake.shape == real.shape and fake.dtype == real.dtype, f"{node.name}: fake = real"
 
 # %%
-# 注意 ``meta["val"]`` 裡的 batch 大小是 2，也就是範例輸入的 batch：這正是 ``_guards_fn``
-# 檢查的那個固定下來的大小（M00-1）。
+# 注意 ``meta["val"]`` 裡的 batch 大小是 2，也就是範例輸入的 batch：
+# 這正是 ``_guards_fn`` 檢查的那個固定下來的大小（M00-1）。
 
-assert nodes["linear"].meta["val"].shape == (x.shape[0], 10)
+assert nodes["linear"].meta["val"].shape == (x.shape[0], 10), "batch 2, as exported"
 
 # %%
 # 步驟 6 — meta["nn_module_stack"]：node 來自哪個模組
 # ---------------------------------------------------
-# ``nn_module_stack`` 列出記錄這個運算時正在執行 ``forward`` 的各層模組，由外而內，每一項
-# 是（屬性路徑, 類別名稱）。最後一項是最內層的模組：``conv2d`` 來自 ``model.conv`` 。
+# ``nn_module_stack`` 列出記錄這個運算時正在執行 ``forward`` 的各層模組，由外而內，
+# 每一項是（屬性路徑, 類別名稱）。最後一項是最內層的模組：``conv2d`` 來自 ``model.conv``。
 # ``flatten`` 是在 ``SmallCNN.forward`` 裡直接呼叫的，所以它最內層的模組就是根模組，
-# 路徑是 ``""`` 。
+# 路徑是 ``""``。
 
 calls = [node for node in gm.graph.nodes if node.op == "call_function"]
 for node in calls:
@@ -209,21 +214,22 @@ flatten_stack = list(flatten.meta["nn_module_stack"].values())
 assert flatten_stack == [("", "common.models.SmallCNN")], "由根模組自己的 forward 呼叫"
 
 # %%
-# 另一個記錄來源的欄位 ``source_fn_stack`` ，記的是產生這個 node 的 Python 層呼叫（模組類別
-# 或函數）。在 torch 2.13，預設的 export 把 ``forward`` 當一般 Python 執行
-# （``strict=False`` ），並不填這個欄位；它改寫 ``torch_fn`` ：一個唯一的名字，加上被呼叫的
-# torch 函數的種類與名稱。
+# 另一個記錄來源的欄位 ``source_fn_stack``，記的是產生這個 node 的 Python
+# 層呼叫（模組類別或函式）。在 torch 2.13，預設的 export 把 ``forward`` 當一般 Python
+# 執行（``strict=False``），並不填這個欄位；它改寫 ``torch_fn``：一個唯一的名字，
+# 加上被呼叫的 torch 函式的種類與名稱。
 
 print(f"meta 裡有 source_fn_stack 嗎？{'source_fn_stack' in conv.meta}")
 for node in calls:
     print(f"{node.name:11} torch_fn={node.meta['torch_fn']}")
-assert not any("source_fn_stack" in node.meta for node in gm.graph.nodes)
-assert conv.meta["torch_fn"][1] == "builtin_function_or_method.conv2d"
+assert not any("source_fn_stack" in node.meta for node in gm.graph.nodes), "not filled"
+assert conv.meta["torch_fn"][1] == "builtin_function_or_method.conv2d", "torch_fn instead"
 
 # %%
-# ``strict=True`` 的 export 用 TorchDynamo 追蹤 bytecode，就會記下 ``source_fn_stack`` ：
-# 每個 node 來自哪個模組類別（或函數）。M00-3 會看到，函式庫找 pattern 的工具有
-# ``source_fn_stack`` 時就讀它，沒有時改用 ``torch_fn`` 與 ``nn_module_stack`` 。
+# ``strict=True`` 的 export 用 TorchDynamo 追蹤 bytecode，就會記下 ``source_fn_stack``：
+# 每個 node 來自哪個模組類別（或函式）。M00-3 會看到，
+# 函式庫找 pattern 的工具有 ``source_fn_stack`` 時就讀它，
+# 沒有時改用 ``torch_fn`` 與 ``nn_module_stack``。
 
 strict_gm = torch.export.export(model, (x,), strict=True).module()
 for node in strict_gm.graph.nodes:
@@ -232,7 +238,7 @@ for node in strict_gm.graph.nodes:
     name, source = node.meta["source_fn_stack"][-1]
     print(f"{node.name:11} source_fn_stack[-1]=({name!r}, {source.__name__})")
 strict_conv = next(n for n in strict_gm.graph.nodes if n.name == "conv2d")
-assert strict_conv.meta["source_fn_stack"][-1][1] is torch.nn.Conv2d
+assert strict_conv.meta["source_fn_stack"][-1][1] is torch.nn.Conv2d, "strict: the module class"
 
 # %%
 # 小結
@@ -240,18 +246,68 @@ assert strict_conv.meta["source_fn_stack"][-1][1] is torch.nn.Conv2d
 # ============================  ===========================================================
 # 欄位                          在匯出的圖裡
 # ============================  ===========================================================
-# ``op``                        ``placeholder`` 、``get_attr`` 、``call_function`` 、
-#                               ``output`` ；``call_module`` 只有 ``_guards_fn`` ；沒有
+# ``op``                        ``placeholder``、``get_attr``、``call_function``、
+#                               ``output``；``call_module`` 只有 ``_guards_fn``；沒有
 #                               ``call_method``
-# ``target``                    ``aten.conv2d.default`` 這類 ``OpOverload`` ，其餘是字串
-# ``args`` ／ ``kwargs``        node（圖的邊）與 Python 常數，依 schema 順序
+# ``target``                    ``aten.conv2d.default`` 這類 ``OpOverload``，其餘是字串
+# ``args`` / ``kwargs``         node（圖的邊）與 Python 常數，依 schema 順序
 # ``all_input_nodes``           args 裡的 node：上游
 # ``users``                     讀這個 node 的 node：下游
 # ``meta["val"]``               fake tensor：有形狀、dtype、device，沒有資料
 # ``meta["nn_module_stack"]``   記錄當下所在的各層模組，最內層在最後
-# ``meta["torch_fn"]``          被呼叫的 torch 函數（``source_fn_stack`` 要 ``strict=True``
+# ``meta["torch_fn"]``          被呼叫的 torch 函式（``source_fn_stack`` 要 ``strict=True``
 #                               才有）
 # ============================  ===========================================================
 #
-# 下一課 :ref:`sphx_glr_lessons_m00_graphs_m00_3_finding_patterns.py` 用這些欄位找出每一條
-# conv → batch norm → relu，先親手找，再用量化器所用的函式庫工具找。
+# 量化器決定在哪裡量化，憑的就只是這些欄位。
+
+# %%
+# 練習
+# ----
+# 1. 匯出 ``linear_relu``。預測它有幾個 ``get_attr`` node、flatten node 的 ``target`` 是什麼，
+#    以及 ``linear`` node 的 ``meta["val"]`` 形狀。
+#
+#    .. dropdown:: 解答
+#
+#       .. code-block:: python
+#
+#          lin = {n.name: n for n in export_module(get_model("linear_relu"), (x,)).graph.nodes}
+#          assert [n.op for n in lin.values()].count("get_attr") == 2, "weight 與 bias"
+#          assert lin["flatten"].target == torch.ops.aten.flatten.using_ints, "torch.flatten(x, 1)"
+#          assert lin["linear"].meta["val"].shape == (2, 10), "batch 2，10 個輸出"
+#
+# 2. 用 batch 為 5 的輸入匯出 ``small_cnn``。預測 ``flatten`` 的 ``meta["val"]`` 形狀。
+#
+#    .. dropdown:: 解答
+#
+#       .. code-block:: python
+#
+#          gm5 = export_module(get_model("small_cnn"), example_inputs(5))
+#          flat5 = next(n for n in gm5.graph.nodes if n.name == "flatten")
+#          assert flat5.meta["val"].shape == (5, 8 * 8 * 8), "pool 之後是 8 個 8 × 8 的 channel"
+#
+# 3. 預測 ``gm`` 的哪些 ``call_function`` node，``nn_module_stack`` 最內層的路徑是 ``bn``，
+#    哪些是根模組 ``""``。
+#
+#    .. dropdown:: 解答
+#
+#       .. code-block:: python
+#
+#          def innermost_path(node):
+#              return list(node.meta["nn_module_stack"].values())[-1][0]
+#
+#          from_bn = [n.name for n in calls if innermost_path(n) == "bn"]
+#          from_root = [n.name for n in calls if innermost_path(n) == ""]
+#          assert from_bn == ["batch_norm"] and from_root == ["flatten"], (from_bn, from_root)
+
+# %%
+# 延伸閱讀
+# --------
+# - `torch.fx <https://docs.pytorch.org/docs/stable/fx.html>`_：``Node`` 類別與它的欄位。
+# - `torch.export <https://docs.pytorch.org/docs/stable/export.html>`_：它產生的 IR，
+#   以及記在 node 上的 metadata。
+#
+# 下一課
+# ------
+# :ref:`M00-3 · 找出 pattern <sphx_glr_lessons_m00_graphs_m00_3_finding_patterns.py>`
+# 用這些欄位找出每一條 conv → batch norm → relu，先親手找，再用量化器所用的函式庫工具找。

@@ -44,7 +44,7 @@ from torch.nn.utils.fusion import fuse_conv_bn_weights
 from common.expect import expect_error
 from common.models import example_inputs, get_model
 from common.pt2e import calibrate, export_module, quiet, x86_quantizer
-from common.viz import draw
+from common.viz import draw, draw_diff
 
 quiet()
 
@@ -125,7 +125,7 @@ prepared = prepare_pt2e(given, x86_quantizer())
 assert prepared.graph is given.graph, "prepare_pt2e edited the graph it was given"
 observers = [node for node in prepared.graph.nodes if is_observer(prepared, node)]
 stages["prepared"] = census(prepared)
-draw(prepared, highlight=[node.name for node in observers], title="Step 2: after prepare_pt2e")
+draw_diff(exported, prepared, title="Step 2: after prepare_pt2e")
 
 # %%
 # Two things changed. BatchNorm is gone: the ``batch_norm`` node and the ``get_attr`` nodes of
@@ -237,11 +237,8 @@ assert torch.equal(input_observer.max_val, seen.max()), "max over all calibratio
 to_convert = copy.deepcopy(prepared)
 converted = convert_pt2e(to_convert)
 assert converted.graph is to_convert.graph, "convert_pt2e edited the graph it was given"
-qdq = [
-    node.name for node in converted.graph.nodes if node.name.startswith(("quantize", "dequantize"))
-]
 stages["converted"] = census(converted)
-draw(converted, highlight=qdq, title="Step 4: after convert_pt2e")
+draw_diff(prepared, converted, title="Step 4: after convert_pt2e")
 
 # %%
 # Every observer on an activation became a ``quantize_per_tensor`` â†’ ``dequantize_per_tensor``
@@ -323,12 +320,12 @@ print(f"converted model  {simulated_ms:7.2f} ms  ({simulated_ms / float_ms:.1f}Ã
 # ----------------------
 # By default (``fold_quantize=True``) convert runs each weight's ``quantize_per_channel`` once,
 # at convert time, and stores the int8 result. With ``fold_quantize=False`` the graph keeps the
-# float weight and quantizes it at every call. Same calibrated observers, converted again:
+# float weight and quantizes it at every call. Same calibrated observers, converted again; the
+# picture marks what differs from the default graph of step 4:
 
 unfolded = convert_pt2e(copy.deepcopy(prepared), fold_quantize=False)
 stages["unfolded"] = census(unfolded)
-weight_q = [n.name for n in unfolded.graph.nodes if n.name.startswith("quantize_per_channel")]
-draw(unfolded, highlight=weight_q, title="Step 7: convert_pt2e(..., fold_quantize=False)")
+draw_diff(converted, unfolded, title="Step 7: convert_pt2e(..., fold_quantize=False)")
 
 # %%
 # The unfolded graph has one ``quantize_per_channel`` per weight, reading the float weight; the

@@ -43,7 +43,7 @@ from torch.nn.utils.fusion import fuse_conv_bn_weights
 from common.expect import expect_error
 from common.models import example_inputs, get_model
 from common.pt2e import calibrate, export_module, quiet, x86_quantizer
-from common.viz import draw
+from common.viz import draw, draw_diff
 
 quiet()
 
@@ -122,7 +122,7 @@ prepared = prepare_pt2e(given, x86_quantizer())
 assert prepared.graph is given.graph, "prepare_pt2e 改的就是傳進去的那張圖"
 observers = [node for node in prepared.graph.nodes if is_observer(prepared, node)]
 stages["prepared"] = census(prepared)
-draw(prepared, highlight=[node.name for node in observers], title="步驟 2：prepare_pt2e 之後")
+draw_diff(exported, prepared, title="步驟 2：prepare_pt2e 之後")
 
 # %%
 # 圖有兩處改變。BatchNorm 不見了：``batch_norm`` node，以及讀它參數和 buffer 的
@@ -233,11 +233,8 @@ assert torch.equal(input_observer.max_val, seen.max()), "所有校準圖片的�
 to_convert = copy.deepcopy(prepared)
 converted = convert_pt2e(to_convert)
 assert converted.graph is to_convert.graph, "convert_pt2e 改的也是傳進去的那張圖"
-qdq = [
-    node.name for node in converted.graph.nodes if node.name.startswith(("quantize", "dequantize"))
-]
 stages["converted"] = census(converted)
-draw(converted, highlight=qdq, title="步驟 4：convert_pt2e 之後")
+draw_diff(prepared, converted, title="步驟 4：convert_pt2e 之後")
 
 # %%
 # 掛在活化值上的 observer，各自變成一對 ``quantize_per_tensor`` →
@@ -318,12 +315,11 @@ print(f"convert 後模型 {simulated_ms:7.2f} ms（浮點時間的 {simulated_ms
 # ----------------------
 # 預設的 ``fold_quantize=True`` 會在 convert 當下就把每個 weight 的 ``quantize_per_channel``
 # 算一次，存下 int8 結果；``fold_quantize=False`` 則讓圖保留浮點 weight，每次執行都重新量化。
-# 用同一組校準好的 observer 再 convert 一次：
+# 用同一組校準好的 observer 再 convert 一次，圖上標出和步驟 4 預設的圖不同之處：
 
 unfolded = convert_pt2e(copy.deepcopy(prepared), fold_quantize=False)
 stages["unfolded"] = census(unfolded)
-weight_q = [n.name for n in unfolded.graph.nodes if n.name.startswith("quantize_per_channel")]
-draw(unfolded, highlight=weight_q, title="步驟 7：convert_pt2e(..., fold_quantize=False)")
+draw_diff(converted, unfolded, title="步驟 7：convert_pt2e(..., fold_quantize=False)")
 
 # %%
 # 沒折疊的圖每個 weight 各有一個 ``quantize_per_channel``，讀的是浮點 weight；

@@ -152,9 +152,9 @@ for dq in weight_dqs:
 # ------------------------------------
 # The op, in ``torch/ao/quantization/fx/_decomposed.py`` (imported by torchao), does five
 # things in this order: multiply by ``1.0 / scale``, round to the nearest integer (halves go
-# to the even neighbour), add the zero point, clamp to ``quant_min..quant_max``, cast. The
-# rounding to an integer and the clamp are where information is thrown away. Dequantize casts
-# to float32, subtracts the zero point and multiplies by the scale.
+# to the even neighbour), add the zero point, clamp to ``quant_min..quant_max``, cast.
+# Rounding and clamping are where information is thrown away. Dequantize casts to float32,
+# subtracts the zero point and multiplies by the scale.
 
 
 def quantize_by_hand(x, scale, zero_point, quant_min, quant_max, dtype):

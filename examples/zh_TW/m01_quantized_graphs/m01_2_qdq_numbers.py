@@ -154,7 +154,7 @@ for dq in weight_dqs:
 # -----------------------------------
 # 這個 op 定義在 ``torch/ao/quantization/fx/_decomposed.py``（torchao 會匯入它），
 # 依序做五件事：乘上 ``1.0 / scale``、捨入到最近的整數（剛好一半時取偶數）、
-# 加上 zero point、截到 ``quant_min..quant_max``、轉型。捨入成整數和截斷這兩步，
+# 加上 zero point、截到 ``quant_min..quant_max``、轉型。捨入與截斷這兩步，
 # 就是資訊被丟掉的地方。dequantize 則是轉成 float32、減去 zero point、乘上 scale。
 
 

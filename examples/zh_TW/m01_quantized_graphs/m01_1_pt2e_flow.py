@@ -357,14 +357,14 @@ for stage, counts in stages.items():
     print(f"{stage:<10}" + "".join(f"{counts[key]:>7}" for key in columns))
 
 # %%
-# PT2E 就是 export → ``prepare_pt2e``（折疊 BatchNorm，每條要量化的邊一個 observer）→
-# 校準（observer 記下統計值）→ ``convert_pt2e``（observer 變成 q/dq node，weight 變成
+# PT2E 就是 export → ``prepare_pt2e`` （折疊 BatchNorm，每條要量化的邊一個 observer）→
+# 校準（observer 記下統計值）→ ``convert_pt2e`` （observer 變成 q/dq node，weight 變成
 # int8 常數）。convert 後的模型是用 float32 模擬 int8：離浮點模型很近（這裡約 40 dB），
 # 卻比它慢，要等 lowering（M03）之後才會變快。
 #
 # 練習
 # ----
-# 1. 改用 ``conv_bn_relu``（conv → BatchNorm → relu，後面沒有別的）走一遍同樣的流程。
+# 1. 改用 ``conv_bn_relu`` （conv → BatchNorm → relu，後面沒有別的）走一遍同樣的流程。
 #    用步驟 2 和步驟 4 的規則預測：哪些邊會有 observer？``convert_pt2e`` 會多出幾個 node？
 #
 #    .. dropdown:: 解答

@@ -102,7 +102,7 @@ for q in quantizes:
 
 # %%
 # 這些數字從哪裡來？來自 prepare 後的圖裡、掛在同一條邊上的 observer：``convert_pt2e``
-# 呼叫它的 ``calculate_qparams()``（M01-3），再把 float32 的 scale 轉成 Python float。
+# 呼叫它的 ``calculate_qparams()`` （M01-3），再把 float32 的 scale 轉成 Python float。
 # 所以圖裡每個 scale 其實都是 float32 的數值，只是 Python 用 double 存：
 # 轉成 float32 張量再轉回來，一點也沒變。
 
@@ -152,7 +152,7 @@ for dq in weight_dqs:
 # %%
 # 步驟 4 — 親手算 quantize_per_tensor
 # -----------------------------------
-# 這個 op 定義在 ``torch/ao/quantization/fx/_decomposed.py``（torchao 會匯入它），
+# 這個 op 定義在 ``torch/ao/quantization/fx/_decomposed.py`` （torchao 會匯入它），
 # 依序做五件事：乘上 ``1.0 / scale``、捨入到最近的整數（剛好一半時取偶數）、
 # 加上 zero point、截到 ``quant_min..quant_max``、轉型。捨入與截斷這兩步，
 # 就是資訊被丟掉的地方。dequantize 則是轉成 float32、減去 zero point、乘上 scale。
@@ -358,7 +358,7 @@ fig.tight_layout()
 # %%
 # 小結
 # ----
-# per-tensor 的 q/dq 把 ``scale``（以 Python float 存放的 float32 值）、``zero_point``、
+# per-tensor 的 q/dq 把 ``scale`` （以 Python float 存放的 float32 值）、``zero_point``、
 # ``quant_min``、``quant_max`` 和 ``dtype`` 寫在 ``args`` 裡；per-channel 的則讀
 # ``_scale_*`` 和 ``_zero_point_*`` 這兩個 buffer，另外帶一個 ``axis``。quantize 是
 # ``clamp(round(x * (1.0 / scale)) + zero_point).to(dtype)``，dequantize 是

@@ -82,7 +82,7 @@ def round_trip(obs, values):
 # 步驟 1 — x86 quantizer 用的 observer
 # -------------------------------------
 # 用 ``X86InductorQuantizer`` 做 ``prepare_pt2e``，每條活化值的邊都會放一個
-# ``HistogramObserver``，每個 weight 放一個 ``PerChannelMinMaxObserver``（M01-1）。
+# ``HistogramObserver``，每個 weight 放一個 ``PerChannelMinMaxObserver`` （M01-1）。
 
 prepared = prepare_pt2e(export_module(model, example_inputs(8)), x86_quantizer())
 observer_nodes = [
@@ -275,7 +275,7 @@ assert same(dead_scales, qparams_by_hand(dead.min_val, dead.max_val, -128, 127, 
 #    這裡為了比較而對「活化值」做 per-channel 量化，但 int8 kernel 並不是這樣執行的。
 #    conv 或 linear 會對輸入 channel 加總，而那正是活化值的 channel。活化值只有一個 scale 時，
 #    kernel 在整數累加器裡加總 int8 × int8 的乘積，最後把總和乘上一次
-#    ``x_scale × w_scale[out]``（weight 依「輸出」channel 量化，那一軸不參與加總）。
+#    ``x_scale × w_scale[out]`` （weight 依「輸出」channel 量化，那一軸不參與加總）。
 #    每個輸入 channel 各有一個 scale 的話，scale 落在加總的裡面，提不出來。
 #    這就是步驟 1 裡 x86 quantizer 如此選擇的原因。
 #

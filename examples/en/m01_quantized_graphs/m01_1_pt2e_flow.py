@@ -211,7 +211,15 @@ assert len(distinct) == len(observers) - 2, "the shared module accounts for the 
 # on a copy: the observers of ``prepared`` must see only the calibration batches.
 
 with torch.no_grad():
-    torch.testing.assert_close(copy.deepcopy(prepared)(*x), reference, rtol=0, atol=1e-5)
+    observed_output = copy.deepcopy(prepared)(*x)
+torch.testing.assert_close(
+    observed_output,
+    reference,
+    rtol=0,
+    atol=1e-5,
+    msg="the prepared model computes the float result within 1e-5",
+)
+assert not torch.equal(observed_output, reference), "but not bit for bit"
 input_observer = modules[next(obs.name for obs in observers if obs.args[0].name == "x")]
 print(f"before calibration: min_val={input_observer.min_val}, max_val={input_observer.max_val}")
 assert input_observer.min_val == float("inf"), "an observer that saw nothing has min = +inf"

@@ -216,7 +216,13 @@ relu_ratio = (
 print(f"symmetric / affine scale = {(symmetric_scale / affine_scale).item():.4f}")
 print(f"after a ReLU:              {relu_ratio.item():.4f}")
 assert symmetric_scale >= affine_scale, "the symmetric scale is never the smaller one"
-torch.testing.assert_close(relu_ratio, torch.tensor([2.0]), rtol=1e-6, atol=0)
+torch.testing.assert_close(
+    relu_ratio,
+    torch.tensor([2.0]),
+    rtol=1e-6,
+    atol=0,
+    msg="after a ReLU the symmetric scale is twice the affine one",
+)
 
 # %%
 # Step 4 — Per-channel MinMax by hand
@@ -277,7 +283,9 @@ dead(torch.stack([torch.zeros(5), torch.linspace(-1, 1, 5)]))
 dead_scales, _ = dead.calculate_qparams()
 print(f"scales with an all-zero channel 0: {dead_scales.tolist()}")
 assert dead_scales[0] == EPS, "an all-zero channel gets scale eps"
-assert same(dead_scales, qparams_by_hand(dead.min_val, dead.max_val, -128, 127, True)[0])
+assert same(dead_scales, qparams_by_hand(dead.min_val, dead.max_val, -128, 127, True)[0]), (
+    "the hand formula does the same"
+)
 
 # %%
 # .. warning::

@@ -207,7 +207,15 @@ assert len(distinct) == len(observers) - 2, "差的兩個就是共用造成的"
 # ``prepared`` 的 observer 只能看到校準資料。
 
 with torch.no_grad():
-    torch.testing.assert_close(copy.deepcopy(prepared)(*x), reference, rtol=0, atol=1e-5)
+    observed_output = copy.deepcopy(prepared)(*x)
+torch.testing.assert_close(
+    observed_output,
+    reference,
+    rtol=0,
+    atol=1e-5,
+    msg="prepare 後的模型算出浮點結果，誤差在 1e-5 以內",
+)
+assert not torch.equal(observed_output, reference), "但不是每個位元都相同"
 input_observer = modules[next(obs.name for obs in observers if obs.args[0].name == "x")]
 print(f"校準前：min_val={input_observer.min_val}, max_val={input_observer.max_val}")
 assert input_observer.min_val == float("inf"), "還沒看過資料的 observer，min 是 +inf"

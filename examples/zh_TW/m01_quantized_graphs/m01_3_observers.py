@@ -208,7 +208,13 @@ relu_ratio = (
 print(f"symmetric / affine scale = {(symmetric_scale / affine_scale).item():.4f}")
 print(f"ReLU 之後：               {relu_ratio.item():.4f}")
 assert symmetric_scale >= affine_scale, "symmetric 的 scale 不會比較小"
-torch.testing.assert_close(relu_ratio, torch.tensor([2.0]), rtol=1e-6, atol=0)
+torch.testing.assert_close(
+    relu_ratio,
+    torch.tensor([2.0]),
+    rtol=1e-6,
+    atol=0,
+    msg="ReLU 之後 symmetric 的 scale 是 affine 的兩倍",
+)
 
 # %%
 # 步驟 4 — 親手算 per-channel MinMax
@@ -268,7 +274,9 @@ dead(torch.stack([torch.zeros(5), torch.linspace(-1, 1, 5)]))
 dead_scales, _ = dead.calculate_qparams()
 print(f"channel 0 全為 0 時的 scale：{dead_scales.tolist()}")
 assert dead_scales[0] == EPS, "全為 0 的 channel 得到 scale eps"
-assert same(dead_scales, qparams_by_hand(dead.min_val, dead.max_val, -128, 127, True)[0])
+assert same(dead_scales, qparams_by_hand(dead.min_val, dead.max_val, -128, 127, True)[0]), (
+    "親手算的公式也一樣"
+)
 
 # %%
 # .. warning::

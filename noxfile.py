@@ -1,6 +1,7 @@
 """nox sessions: build the site, run the tests, lint (nox -l lists them)."""
 
 import hashlib
+import json
 import sys
 import time
 import tomllib
@@ -50,7 +51,18 @@ def docs(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """Run the test suite: common's unit tests, twin parity, every lesson as a script."""
     install(session, "docs,test")
+    install_axe(session)
     session.run("pytest", *session.posargs)
+
+
+def install_axe(session: nox.Session) -> None:
+    """npm ci: axe-core (pinned in package-lock.json) for the browser tests' a11y checks."""
+    with open(ROOT / "package.json", "rb") as f:
+        wanted = json.load(f)["devDependencies"]["axe-core"]
+    installed = ROOT / "node_modules" / "axe-core" / "package.json"
+    if installed.exists() and json.loads(installed.read_text())["version"] == wanted:
+        return
+    session.run("npm", "ci", "--no-audit", "--no-fund", external=True)
 
 
 @nox.session(python=PYTHON, default=False)

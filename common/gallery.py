@@ -5,9 +5,7 @@ rebuild with no lesson to run then never pays for it.
 """
 
 import html
-import re
 import sys
-import warnings
 from pathlib import Path
 
 __all__ = ["reset", "scraper"]
@@ -42,11 +40,32 @@ def _raw_html(markup: str) -> str:
     return f"\n\n.. raw:: html\n\n{body}\n\n"
 
 
-_GLYPH_MISSING = r"Glyph \d+ .* missing from font"
+def missing_glyphs(figure) -> list[str]:
+    """The characters of a matplotlib figure's texts that no font of theirs can draw.
+
+    Each text is checked against the fonts matplotlib would draw it with (its family and the
+    fallbacks after it), so a Chinese label set in DejaVu Sans alone is found, boxes and all.
+    """
+    from matplotlib import font_manager
+    from matplotlib.text import Text
+
+    missing = []
+    for text in figure.findobj(Text):
+        string = text.get_text()
+        wanted = sorted({c for c in string if not c.isascii() and not c.isspace()})
+        if not wanted or not text.get_visible() or "$" in string:  # mathtext has its own fonts
+            continue
+        # The fallback chain matplotlib's Agg and SVG backends draw text with.
+        paths = font_manager.fontManager._find_fonts_by_props(text.get_fontproperties())
+        fonts = [font_manager.get_font(path) for path in paths]
+        for char in wanted:
+            if not any(font.get_char_index(ord(char)) for font in fonts):
+                missing.append(f"{char!r} of {string!r}")
+    return missing
 
 
 def check_chart_glyphs() -> None:
-    """Fail if a chart open now draws a character its font lacks (Chinese labels as boxes).
+    """Fail if a chart open now draws a character its fonts lack (Chinese labels as boxes).
 
     Raises:
         RuntimeError: naming the text and the fix (``use_course_style()`` in the Setup cell).
@@ -56,15 +75,11 @@ def check_chart_glyphs() -> None:
     import matplotlib.pyplot as plt
 
     for number in plt.get_fignums():
-        figure = plt.figure(number)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.filterwarnings("always", message=_GLYPH_MISSING)
-            figure.canvas.draw()
-        missing = [str(w.message) for w in caught if re.match(_GLYPH_MISSING, str(w.message))]
+        missing = missing_glyphs(plt.figure(number))
         if missing:
             raise RuntimeError(
-                f"chart {number} draws characters its font lacks ({missing[0]}); call "
-                "common.charts.use_course_style() in the lesson's Setup cell"
+                f"chart {number} has characters its fonts cannot draw ({', '.join(missing[:3])}); "
+                "call common.charts.use_course_style() in the lesson's Setup cell"
             )
 
 

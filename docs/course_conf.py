@@ -189,6 +189,7 @@ def make_config(lang: str) -> dict:
             "sphinx_gallery.gen_gallery",
             "sphinx_design",
             "course_site",  # docs/course_site.py: the site's own additions
+            "course_a11y",  # docs/course_a11y.py: accessibility fixes to the theme's markup
         ],
         "html_theme": "pydata_sphinx_theme",
         "locale_dirs": _theme_catalog(lang),

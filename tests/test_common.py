@@ -370,3 +370,70 @@ def test_text_alternative_says_what_the_picture_shows(conv_relu_gm, title, expec
 
     before, after = removed_relu(conv_relu_gm)
     assert describe(after, title=title, diff=_Diff(before, after)) == expected
+
+
+# ----------------------------------------------------------------------------- charts
+
+
+@pytest.fixture
+def pyplot():
+    import matplotlib
+
+    matplotlib.use("agg")
+    import matplotlib.pyplot as plt
+
+    with matplotlib.rc_context():  # each test starts from, and leaves, matplotlib's defaults
+        matplotlib.rcdefaults()
+        yield plt
+        plt.close("all")
+
+
+def test_course_style_sets_the_cjk_font_and_a_second_call_changes_nothing(pyplot):
+    import matplotlib as mpl
+
+    from common.charts import CJK_FONTS, use_course_style
+
+    font = use_course_style()
+    first = dict(mpl.rcParams)
+    assert font in CJK_FONTS and mpl.rcParams["font.sans-serif"] == [font, "DejaVu Sans"]
+    assert use_course_style() == font and dict(mpl.rcParams) == first
+
+
+def test_chinese_labels_are_drawn_with_cjk_glyphs(pyplot):
+    from matplotlib import font_manager
+
+    from common.charts import use_course_style
+    from common.gallery import missing_glyphs
+
+    figure, axes = pyplot.subplots()
+    axes.set_title("校準後的 scale")
+    assert missing_glyphs(figure), "matplotlib's default font has no Chinese glyphs"
+    use_course_style()
+    figure, axes = pyplot.subplots()
+    title = axes.set_title("校準後的 scale")
+    axes.set_xlabel("數值 −1")
+    assert missing_glyphs(figure) == []
+    path = font_manager.findfont(title.get_fontproperties(), fallback_to_default=False)
+    assert font_manager.get_font(path).get_char_index(ord("校")), path
+
+
+def test_the_gallery_refuses_a_chart_whose_chinese_has_no_font(pyplot):
+    from common.gallery import check_chart_glyphs
+
+    pyplot.subplots()[1].set_ylabel("準確度")
+    with pytest.raises(RuntimeError, match=r"'度' of '準確度'.*use_course_style\(\)"):
+        check_chart_glyphs()
+
+
+def test_the_font_is_set_in_one_place_for_the_course():
+    """Charts get their font from use_course_style; the gallery resets matplotlib per lesson."""
+    from course_conf import make_config
+
+    gallery = make_config("en")["sphinx_gallery_conf"]
+    assert "matplotlib" in gallery["image_scrapers"] and "matplotlib" in gallery["reset_modules"]
+    font_setting = re.compile(r"rcParams\[.font\.|rc\(.font|font_manager|fontproperties|fontname")
+    for path in sorted((ROOT / "examples").rglob("*.py")):
+        code = path.read_text(encoding="utf-8")
+        assert not font_setting.search(code), f"{path.name} sets a font; use use_course_style()"
+        if "matplotlib" in code:
+            assert "use_course_style()" in code, f"{path.name} charts without use_course_style()"

@@ -25,7 +25,7 @@ import pytest
 # tests/conftest.py (loaded first by pytest) puts docs/ on sys.path: course_conf is the site's
 # shared Sphinx configuration, with the repository, the site URL and the languages.
 import course_conf
-from conftest import LANGUAGES, ROOT, lessons
+from conftest import LANGUAGES, ROOT, lessons, needs_dot
 from languages import build_site
 
 pytestmark = pytest.mark.slow
@@ -439,3 +439,294 @@ def test_a_downloaded_notebook_runs(site, tmp_path):
         out for cell in code for out in cell.outputs if "image/svg+xml" in out.get("data", {})
     ]
     assert pictures, "draw() shows its pictures inline in Jupyter"
+
+
+# ------------------------------------------ pictures, charts and accessibility (issue #14)
+
+AXE = ROOT / "node_modules" / "axe-core" / "axe.min.js"
+DTYPE = re.compile(r"\b(?:float(?:16|32|64)|bfloat16|u?int(?:8|16|32|64)|bool)\[")
+PAGE_KINDS = [
+    "landing",
+    "course-map",
+    "glossary",
+    "fx-article",
+    "lessons",
+    "module",
+    "lesson",
+    "search",
+]
+
+
+def page_of_kind(lang: str, kind: str) -> str:
+    """One page of each kind the site has, relative to the language's folder."""
+    module = lesson_pages(lang)[0].parts[1]
+    return {
+        "landing": "index.html",
+        "course-map": "course_map.html",
+        "glossary": "glossary.html",
+        "fx-article": "fx_basics.html",
+        "lessons": "lessons/index.html",
+        "module": f"lessons/{module}/index.html",
+        "lesson": lesson_pages(lang)[-1].as_posix(),
+        "search": f"search.html?q={quote('量化' if lang == 'zh_TW' else 'graph')}",
+    }[kind]
+
+
+def settle(page) -> None:
+    """Wait for the fonts and for the theme's tab stops on scrolling code, measured after them.
+
+    docs/_static/course-a11y.js asks the theme to measure again once the fonts are in; the
+    theme waits 300 ms (debounce) before it does.
+    """
+    page.evaluate("document.fonts.ready.then(() => new Promise(done => setTimeout(done, 400)))")
+
+
+@pytest.fixture(scope="session")
+def axe() -> Path:
+    if not AXE.exists():
+        pytest.fail(f"axe-core is missing ({AXE}): run `npm ci` in {ROOT} (nox -s tests does)")
+    return AXE
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("kind", PAGE_KINDS)
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_axe_finds_no_serious_accessibility_violation(browse, server, axe, lang, kind):
+    page = browse("zh-TW" if lang == "zh_TW" else "en-US")
+    path = page_of_kind(lang, kind)
+    page.goto(f"{server}/{lang}/{path}", wait_until="networkidle")
+    if kind == "search":
+        page.wait_for_function(
+            "typeof Search !== 'undefined' && Search.title?.innerText"
+            " === Documentation.gettext('Search Results')",
+            timeout=20_000,
+        )
+    settle(page)
+    page.add_script_tag(path=str(axe))
+    result = page.evaluate("axe.run(document, {resultTypes: ['violations']})")
+    serious = [v for v in result["violations"] if v["impact"] in ("serious", "critical")]
+    report = [
+        f"{v['impact']} {v['id']}: {v['help']} ({len(v['nodes'])}x, "
+        f"e.g. {v['nodes'][0]['html'][:200]})"
+        for v in serious
+    ]
+    assert not serious, f"{lang}/{path}:\n" + "\n".join(report)
+
+
+def test_section_navigation_toggles_are_named_after_their_entry():
+    from course_a11y import label_toggles
+
+    markup = (
+        '<li><a aria-current="page" class="current reference internal" href="#">M00 '
+        '<code>fx</code> &amp; graphs</a><details open="open"><summary><span></span></summary>'
+        '<ul><li><a class="reference internal" href="a.html">M00-1</a></li></ul></details></li>'
+        '<li><a class="reference internal" href="m01.html">M01</a><details><summary><span>'
+    )
+    labelled = label_toggles(markup, "zh_TW")
+    assert re.findall(r'<summary aria-label="([^"]*)">', labelled) == [
+        "M00 fx &amp; graphs 的頁面",
+        "M01 的頁面",
+    ]
+    assert 'aria-label="Pages in M01"' in label_toggles(markup, "en")
+
+
+def inline_pictures(page):
+    return page.locator("article.bd-article svg.course-graph")
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_hovering_a_node_in_a_lesson_picture_shows_its_tooltip_with_a_dtype(browse, server, lang):
+    page = browse()
+    for lesson in lesson_pages(lang):
+        page.goto(f"{server}/{lang}/{lesson.as_posix()}")
+        if inline_pictures(page).count():
+            break
+    else:
+        pytest.fail(f"no {lang} lesson shows an inline graph picture")
+    graph_images = page.locator("article.bd-article img[src*='sphx_glr_'][src$='.svg']")
+    assert graph_images.count() == 0, "a graph shown through <img> shows no tooltip"
+    nodes = inline_pictures(page).first.locator("g.node")
+    titles = [nodes.nth(i).locator("title").first.text_content() for i in range(nodes.count())]
+    index = next((i for i, title in enumerate(titles) if DTYPE.search(title)), None)
+    assert index is not None, f"{lang}/{lesson}: no node tooltip has a dtype: {titles}"
+    node = nodes.nth(index)
+    node.scroll_into_view_if_needed()
+    node.hover()
+    # The tooltip a browser shows is the <title> of the innermost hovered element that has one.
+    shown = page.evaluate(
+        """() => [...document.querySelectorAll('svg.course-graph :hover')].reverse()
+                .find(el => el.querySelector(':scope > title'))
+                ?.querySelector(':scope > title').textContent"""
+    )
+    assert shown and DTYPE.search(shown), f"{lang}/{lesson}: hovering shows {shown!r}"
+    folder = ARTIFACTS / "screenshots"
+    folder.mkdir(parents=True, exist_ok=True)
+    inline_pictures(page).first.screenshot(path=folder / f"{lang}-graph-hovered.png")
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_every_graph_picture_has_a_text_alternative_and_reads_in_dark_mode(browse, server, lang):
+    page = browse()
+    page.emulate_media(color_scheme="dark")  # the theme's default mode follows the system
+    words = "個 node 的圖" if lang == "zh_TW" else "A graph of"
+    for lesson in lesson_pages(lang):
+        page.goto(f"{server}/{lang}/{lesson.as_posix()}")
+        assert page.evaluate("document.documentElement.dataset.theme") == "dark"
+        for i in range(inline_pictures(page).count()):
+            picture = inline_pictures(page).nth(i)
+            assert picture.get_attribute("role") == "img"
+            assert words in (picture.get_attribute("aria-label") or ""), f"{lang}/{lesson} #{i}"
+            # Dark mode keeps the picture's own white ground under its dark text, dimmed a
+            # little as the theme dims images.
+            ground = picture.locator("g.graph > polygon").first.get_attribute("fill")
+            assert ground == "white", f"{lang}/{lesson} #{i}: ground {ground}"
+            assert "brightness" in picture.evaluate("el => getComputedStyle(el).filter")
+    picture = inline_pictures(page).first
+    picture.scroll_into_view_if_needed()
+    folder = ARTIFACTS / "screenshots"
+    folder.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=folder / f"{lang}-lesson-dark.png")
+
+
+def chart_images(page):
+    return page.locator("article.bd-article img[src*='sphx_glr_'][src$='.png']")
+
+
+def check_charts(page, where: str, chinese: bool) -> int:
+    """Every chart on the page is loaded, not empty, and (in Chinese) labelled in Chinese."""
+    charts = chart_images(page)
+    for i in range(charts.count()):
+        chart = charts.nth(i)
+        chart.scroll_into_view_if_needed()
+        box = chart.bounding_box()
+        assert box and box["width"] > 0 and box["height"] > 0, f"{where}: chart {i} is empty"
+        assert chart.evaluate("el => el.complete && el.naturalWidth > 0"), f"{where}: chart {i}"
+        if chinese and chart.get_attribute("alt"):
+            assert re.search(r"[\u4e00-\u9fff]", chart.get_attribute("alt")), f"{where}: chart {i}"
+    return charts.count()
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_every_chart_on_a_lesson_page_has_a_size(browse, server, lang):
+    """The build itself fails a chart whose characters its fonts cannot draw (common.gallery)."""
+    page = browse()
+    for lesson in lesson_pages(lang):
+        page.goto(f"{server}/{lang}/{lesson.as_posix()}")
+        check_charts(page, f"{lang}/{lesson}", chinese=lang == "zh_TW")
+
+
+PICTURES_LESSON = '''\
+"""
+Pictures
+========
+
+A graph diff in each language, and a chart with Chinese labels.
+"""
+
+import copy
+
+import matplotlib.pyplot as plt
+
+from common.charts import use_course_style
+from common.models import example_inputs, get_model
+from common.pt2e import export_module
+from common.viz import draw_diff
+
+use_course_style()
+gm = export_module(get_model("conv_relu"), example_inputs(1))
+before = copy.deepcopy(gm)
+relu = next(node for node in gm.graph.nodes if node.name == "relu")
+relu.replace_all_uses_with(relu.args[0])
+gm.graph.erase_node(relu)
+gm.recompile()
+draw_diff(before, gm, title="Step 6: relu removed")
+draw_diff(before, gm, title="步驟 6：移除 relu")
+
+# %%
+# A chart
+# -------
+
+figure, axes = plt.subplots(figsize=(4, 3))
+axes.bar(["量化前", "量化後"], [4.0, 1.0])
+axes.set_title("模型大小")
+'''
+
+
+@pytest.fixture(scope="module")
+def pictures_site(tmp_path_factory) -> Path:
+    """A one-lesson English site whose lesson draws two graph diffs and a chart."""
+    from test_build import make_site, sphinx_build
+
+    root = make_site(
+        tmp_path_factory.mktemp("pictures"), {"m99_fixture/m99_1_pictures.py": PICTURES_LESSON}
+    )
+    result = sphinx_build(root)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return root / "build" / "html"
+
+
+@pytest.mark.browser
+@needs_dot
+def test_a_diff_picture_shows_its_legend_in_the_title_language(chromium, pictures_site):
+    httpd = ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(QuietHandler, directory=pictures_site)
+    )
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    context = chromium.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        page = context.new_page()
+        port = httpd.server_address[1]
+        page.goto(f"http://127.0.0.1:{port}/en/lessons/m99_fixture/m99_1_pictures.html")
+        pictures = inline_pictures(page)
+        assert pictures.count() == 2
+        legends = [
+            ["+ added", "− removed", "→ rewired edge"],
+            ["+ 新增的 node", "− 移除的 node", "→ 改接的邊"],
+        ]
+        for i, legend in enumerate(legends):
+            texts = pictures.nth(i).locator("text")
+            shown = {
+                texts.nth(j).text_content(): texts.nth(j).bounding_box()
+                for j in range(texts.count())
+            }
+            for word in legend:
+                box = shown.get(word)
+                assert box and box["width"] > 0, f"picture {i}: legend {word!r} not drawn"
+            ghosts = pictures.nth(i).locator("g.node title", has_text=legend[1])
+            assert ghosts.count() == 1, "the removed relu is drawn, ghosted"
+        folder = ARTIFACTS / "screenshots"
+        folder.mkdir(parents=True, exist_ok=True)
+        pictures.nth(1).screenshot(path=folder / "fixture-diff-zh_TW.png")
+        assert check_charts(page, "fixture", chinese=True) == 1
+        chart_images(page).first.screenshot(path=folder / "fixture-chart-zh_TW.png")
+    finally:
+        context.close()
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def copybutton_configured() -> bool:
+    return "sphinx_copybutton" in course_conf.make_config("en")["extensions"]
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_the_copy_button_copies_exactly_the_code(browse, server, lang):
+    if not copybutton_configured():
+        pytest.xfail("sphinx-copybutton is not in docs/course_conf.py's extensions yet")
+    page = browse()
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=server)
+    page.goto(f"{server}/{lang}/{lesson_pages(lang)[-1].as_posix()}")
+    blocks = page.locator("article.bd-article div.highlight-Python:has(button.copybtn)")
+    assert blocks.count() > 3, "every code cell has a copy button"
+    for i in range(3):
+        block = blocks.nth(i)
+        block.scroll_into_view_if_needed()
+        block.hover()
+        block.locator("button.copybtn").click()
+        copied = page.evaluate("navigator.clipboard.readText()")
+        shown = block.locator("pre").inner_text()
+        assert copied.rstrip("\n") == shown.rstrip("\n"), f"{lang}: block {i} copies other text"

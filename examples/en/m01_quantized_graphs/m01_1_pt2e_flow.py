@@ -6,41 +6,58 @@ Quantizing a model with PT2E takes four calls: ``torch.export`` captures the gra
 ``prepare_pt2e`` removes BatchNorm (BatchNorm folding) and inserts an observer on every edge
 the quantizer wants quantized, a few calibration batches let the observers record statistics, and
 ``convert_pt2e`` replaces each observer with a quantize/dequantize pair whose scale and zero
-point come from those statistics. This lesson runs the four calls on ``small_cnn`` with
-torchao's ``X86InductorQuantizer``, draws the graph after each one and counts its nodes.
+point come from those statistics. The result still computes in float32: it *simulates* int8.
+This lesson runs the four calls on ``small_cnn`` with torchao's ``X86InductorQuantizer``,
+draws what each one changes in the graph and counts its nodes.
 
 **What you will learn**
 
 - Which edges get an observer, and why one observer can sit on three edges
-- How ``convert_pt2e`` turns every observer into q/dq nodes, and how close the result stays
-  to the float model
+- How ``convert_pt2e`` turns every observer into q/dq nodes, how close the result stays to the
+  float model, and why it is slower than the float model
 - What ``fold_quantize`` changes in the converted graph
 
-**Prerequisites**: M00-4 (inserting and replacing nodes).
+**Prerequisites**:
+:ref:`M00-4 · editing graphs <sphx_glr_lessons_m00_graphs_m00_4_graph_surgery.py>`
+(inserting and replacing nodes).
 """
+
+# SPDX-License-Identifier: BSD-3-Clause
+# sphinx_gallery_thumbnail_number = 3
 
 # %%
 # Setup
 # -----
-# PT2E lives in torchao: ``prepare_pt2e`` and ``convert_pt2e`` come from
+# ``prepare_pt2e`` and ``convert_pt2e`` come from torchao, in
 # ``torchao.quantization.pt2e.quantize_pt2e``. ``x86_quantizer()`` is the public
 # ``X86InductorQuantizer`` with its default static config, and ``calibrate`` feeds four fixed
-# batches of eight images. ``census`` counts a graph's nodes by their role.
+# batches of eight images. ``Q`` is the namespace of the q/dq ops.
 
 import copy
+import statistics
+import time
 from collections import Counter
 
 import torch
 from torch.nn.utils.fusion import fuse_conv_bn_weights
 
+from common.expect import expect_error
 from common.models import example_inputs, get_model
 from common.pt2e import calibrate, export_module, quiet, x86_quantizer
-from common.viz import draw
+from common.viz import draw, draw_diff
 
 quiet()
 
-from torchao.quantization.pt2e.observer import ObserverBase  # noqa: E402
-from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e  # noqa: E402
+from torchao.quantization.pt2e.observer import ObserverBase
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+Q = torch.ops.quantized_decomposed
+model = get_model("small_cnn")
+x = example_inputs(8)
+
+# %%
+# ``census`` counts a graph's nodes by their role; ``median_ms`` times models in turns, so
+# that a busy machine slows them all alike.
 
 
 def is_observer(gm, node):
@@ -60,19 +77,39 @@ def census(gm):
     return counts
 
 
+def node_named(gm, name):
+    """The node of ``gm`` called ``name``."""
+    return next(node for node in gm.graph.nodes if node.name == name)
+
+
+def median_ms(models, args, *, rounds=50):
+    """Median time of one call of each model, in milliseconds, the models taking turns."""
+    times = [[] for _ in models]
+    with torch.no_grad():
+        for _ in range(3):  # warm-up: first calls allocate and pick kernels
+            for gm in models:
+                gm(*args)
+        for _ in range(rounds):
+            for gm, spent in zip(models, times, strict=True):
+                start = time.perf_counter()
+                gm(*args)
+                spent.append(time.perf_counter() - start)
+    return [statistics.median(spent) * 1e3 for spent in times]
+
+
 # %%
 # Step 1 — Export the float model
 # -------------------------------
-# The graph is exported with a batch of eight images, the size ``calibrate`` feeds later:
-# ``torch.export`` records the batch size as a guard. The exported graph computes exactly
-# what the eager model computes.
+# The graph computes exactly what the eager model computes. It is exported with a batch of
+# eight images, the size ``calibrate`` feeds later, because ``torch.export`` records the batch
+# size as a guard: a batch of four is refused.
 
-model = get_model("small_cnn")
-x = example_inputs(8)
 exported = export_module(model, x)
 with torch.no_grad():
     reference = model(*x)
     assert torch.equal(exported(*x), reference), "same aten ops, same numbers"
+    with expect_error(AssertionError, match="Guard failed"):
+        exported(*example_inputs(4))
 stages = {"exported": census(exported)}
 draw(exported, highlight=["batch_norm"], title="Step 1: the exported float graph")
 
@@ -80,12 +117,15 @@ draw(exported, highlight=["batch_norm"], title="Step 1: the exported float graph
 # Step 2 — prepare_pt2e: fold BatchNorm, insert observers
 # -------------------------------------------------------
 # ``prepare_pt2e`` edits the graph it is given, so it gets a fresh export and ``exported``
-# stays as it was. The observers are drawn as dashed amber boxes.
+# stays as it was. The picture marks what changed against ``exported``; observers are the
+# dashed amber boxes.
 
-prepared = prepare_pt2e(export_module(model, x), x86_quantizer())
+given = export_module(model, x)
+prepared = prepare_pt2e(given, x86_quantizer())
+assert prepared.graph is given.graph, "prepare_pt2e edited the graph it was given"
 observers = [node for node in prepared.graph.nodes if is_observer(prepared, node)]
 stages["prepared"] = census(prepared)
-draw(prepared, highlight=[node.name for node in observers], title="Step 2: after prepare_pt2e")
+draw_diff(exported, prepared, title="Step 2: after prepare_pt2e")
 
 # %%
 # Two things changed. BatchNorm is gone: the ``batch_norm`` node and the ``get_attr`` nodes of
@@ -118,11 +158,9 @@ assert not torch.equal(prepared.conv.weight, model.conv.weight), "and no longer 
 
 # %%
 # Each observer sits on one edge, between the node it reads and the one node that reads it.
-# Which edges? ``conv2d`` and ``linear`` want their input and their weight quantized (the bias
-# stays float). ``max_pool2d`` and ``flatten`` only move values around, so the x86 quantizer
-# quantizes their input and their output too. Nothing else: the output of ``linear``, the
-# model's output, stays float, and ``conv2d → relu`` is one fused pattern with no observer
-# inside. Applying that rule to the exported graph predicts the observed edges exactly.
+# Which edges? ``conv2d`` and ``linear`` want their input and their weight quantized.
+# ``max_pool2d`` and ``flatten`` only move values around, and the x86 quantizer quantizes
+# their input and their output too. That rule predicts the observed edges exactly:
 
 wanted = set()
 for node in exported.graph.nodes:
@@ -137,6 +175,17 @@ for obs in observers:
     kind = type(prepared.get_submodule(obs.target)).__name__
     print(f"{obs.args[0].name:>12} → {obs.name} → {user.name:<10} {kind}")
 assert observed == wanted and len(observers) == len(wanted), "one observer per wanted edge"
+
+# %%
+# And nothing else is observed: the biases stay float, ``conv2d → relu`` is one fused pattern
+# with no observer inside, and the output of ``linear``, the model's output, stays float.
+
+observed_sources = {source for source, _ in observed}
+biases = {node_named(exported, name).args[2].name for name in ("conv2d", "linear")}
+print(f"biases: {sorted(biases)}, observed sources: {sorted(observed_sources)}")
+assert not observed_sources & biases, "no observer on a bias"
+assert "conv2d" not in observed_sources, "no observer between conv2d and relu"
+assert "linear" not in observed_sources, "no observer on the model's output"
 
 # %%
 # Six observer nodes, but fewer observer modules. ``max_pool2d`` and ``flatten`` cannot produce
@@ -162,7 +211,15 @@ assert len(distinct) == len(observers) - 2, "the shared module accounts for the 
 # on a copy: the observers of ``prepared`` must see only the calibration batches.
 
 with torch.no_grad():
-    torch.testing.assert_close(copy.deepcopy(prepared)(*x), reference, rtol=0, atol=1e-5)
+    observed_output = copy.deepcopy(prepared)(*x)
+torch.testing.assert_close(
+    observed_output,
+    reference,
+    rtol=0,
+    atol=1e-5,
+    msg="the prepared model computes the float result within 1e-5",
+)
+assert not torch.equal(observed_output, reference), "but not bit for bit"
 input_observer = modules[next(obs.name for obs in observers if obs.args[0].name == "x")]
 print(f"before calibration: min_val={input_observer.min_val}, max_val={input_observer.max_val}")
 assert input_observer.min_val == float("inf"), "an observer that saw nothing has min = +inf"
@@ -181,16 +238,15 @@ assert torch.equal(input_observer.max_val, seen.max()), "max over all calibratio
 # %%
 # Step 4 — convert_pt2e: observers become q/dq nodes
 # --------------------------------------------------
-# ``convert_pt2e`` also edits its input in place; converting a copy keeps ``prepared`` for
-# step 6. Quantize nodes are red, dequantize nodes green; per-tensor ones show their scale and
-# zero point.
+# ``convert_pt2e`` also edits the graph it is given; converting a copy keeps ``prepared`` for
+# step 7. The picture marks what changed against ``prepared``. Quantize nodes are red,
+# dequantize nodes green; per-tensor ones show their scale and zero point.
 
-converted = convert_pt2e(copy.deepcopy(prepared))
-qdq = [
-    node.name for node in converted.graph.nodes if node.name.startswith(("quantize", "dequantize"))
-]
+to_convert = copy.deepcopy(prepared)
+converted = convert_pt2e(to_convert)
+assert converted.graph is to_convert.graph, "convert_pt2e edited the graph it was given"
 stages["converted"] = census(converted)
-draw(converted, highlight=qdq, title="Step 4: after convert_pt2e")
+draw_diff(prepared, converted, title="Step 4: after convert_pt2e")
 
 # %%
 # Every observer on an activation became a ``quantize_per_tensor`` → ``dequantize_per_tensor``
@@ -204,53 +260,96 @@ on_activations = len(observers) - on_weights
 counts = stages["converted"]
 print(dict(counts))
 assert counts["observer"] == 0, "no observer is left"
-assert counts["quantize_per_tensor"] == counts["dequantize_per_tensor"] == on_activations
-assert counts["dequantize_per_channel"] == on_weights and counts["quantize_per_channel"] == 0
-assert counts["nodes"] == stages["prepared"]["nodes"] + on_activations + 2 * on_weights
+assert counts["quantize_per_tensor"] == counts["dequantize_per_tensor"] == on_activations, (
+    "one quantize_per_tensor and one dequantize_per_tensor per activation observer"
+)
+assert counts["dequantize_per_channel"] == on_weights and counts["quantize_per_channel"] == 0, (
+    "one dequantize_per_channel per weight observer, and no quantize left for the weights"
+)
+assert counts["nodes"] == stages["prepared"]["nodes"] + on_activations + 2 * on_weights, (
+    "one more node per activation observer, two more per weight observer"
+)
 
 # %%
 # Step 5 — How close is the quantized model?
 # ------------------------------------------
-# On a batch the observers never saw, the quantized model differs from the float one, but only
-# by the rounding the q/dq pairs add. Measure it in steps of the output's own 8-bit grid, its
-# range divided by 255: every activation and weight is rounded to its own grid (and clipped to
-# its range), and those small errors add up through conv and linear, so a few output steps are
-# expected. The bound asserted is 3 steps.
+# On a batch the observers never saw, the quantized model differs from the float one, by the
+# rounding the q/dq pairs add. Two scales for that difference: the relative error
+# ``‖got − expected‖ / ‖expected‖`` with its SQNR, ``−20·log10`` of it in decibels (higher is
+# better; 40 dB is 1%), and the largest difference in steps of the output's own 8-bit grid,
+# its range divided by 255. Every activation and weight is rounded to its own grid, and those
+# small errors add up through conv and linear: the bounds asserted are 30 dB and 3 steps.
 
 test = example_inputs(8, seed=100)
 with torch.no_grad():
     expected, got = model(*test), converted(*test)
+relative = (got - expected).norm() / expected.norm()
+sqnr = -20 * torch.log10(relative)
 step = (expected.max() - expected.min()) / 255
 error = (got - expected).abs().max()
+print(f"relative error {relative:.4f}, SQNR {sqnr:.1f} dB")
 print(f"output range {expected.min():.4f}..{expected.max():.4f}, one step = {step:.5f}")
 print(f"largest difference = {error:.5f} = {error / step:.2f} steps")
 assert not torch.equal(got, expected), "quantization does change the numbers"
-assert error <= 3 * step, "but by no more than 3 steps of the output's 8-bit grid"
+assert sqnr >= 30, "the SQNR stays above 30 dB"
+assert error <= 3 * step, "and no output moves by more than 3 steps of its 8-bit grid"
 
 # %%
-# Step 6 — fold_quantize
+# Step 6 — The converted model only simulates int8
+# ------------------------------------------------
+# Nothing in the converted graph computes in int8. ``conv2d`` and ``linear`` are the same
+# float32 aten ops as before; they read the outputs of dequantize nodes, float32 numbers that
+# happen to lie on the 8-bit grid.
+
+for name in ("conv2d", "linear"):
+    node = node_named(converted, name)
+    inputs = [arg.target.__name__.split(".")[0] for arg in node.args[:2]]
+    print(f"{node.target.__name__} reads {inputs}, gives {node.meta['val'].dtype}")
+    dequantizes = (Q.dequantize_per_tensor.default, Q.dequantize_per_channel.default)
+    assert all(arg.target in dequantizes for arg in node.args[:2]), "it reads dequantized values"
+    assert node.meta["val"].dtype == torch.float32, "and computes in float32"
+
+# %%
+# So the converted model does all the float work plus every quantize and dequantize: it is
+# *slower* than the float model, not faster. The timing below is measured on the machine that
+# built this page (median of 50 runs each, batch 8; printed, not asserted). Real int8 kernels
+# come from lowering the graph, the subject of M03-1.
+
+float_ms, simulated_ms = median_ms([model, converted], test)
+print(f"CPU {torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} threads")
+print(f"float model      {float_ms:7.2f} ms")
+print(f"converted model  {simulated_ms:7.2f} ms  ({simulated_ms / float_ms:.1f}× the float time)")
+# sphinx_gallery_start_ignore
+# TODO(lead): link M03-1 in the text above once M03 lands.
+# sphinx_gallery_end_ignore
+
+# %%
+# Step 7 — fold_quantize
 # ----------------------
 # By default (``fold_quantize=True``) convert runs each weight's ``quantize_per_channel`` once,
 # at convert time, and stores the int8 result. With ``fold_quantize=False`` the graph keeps the
-# float weight and quantizes it at every call. Same calibrated observers, converted again:
+# float weight and quantizes it at every call. Same calibrated observers, converted again; the
+# picture marks what differs from the default graph of step 4:
 
 unfolded = convert_pt2e(copy.deepcopy(prepared), fold_quantize=False)
 stages["unfolded"] = census(unfolded)
-weight_q = [n.name for n in unfolded.graph.nodes if n.name.startswith("quantize_per_channel")]
-draw(unfolded, highlight=weight_q, title="Step 6: convert_pt2e(..., fold_quantize=False)")
+draw_diff(converted, unfolded, title="Step 7: convert_pt2e(..., fold_quantize=False)")
 
 # %%
 # The unfolded graph has one ``quantize_per_channel`` per weight, reading the float weight; the
 # folded one reads an int8 constant instead, a quarter of the bytes. The folded constant is
 # exactly what that node computes, so both graphs give the same output bit for bit.
 
-conv_dq = next(node for node in converted.graph.nodes if node.name == "conv2d").args[1]
+conv_dq = node_named(converted, "conv2d").args[1]
 folded_weight = getattr(converted, conv_dq.args[0].target)
 print(f"fold_quantize=False: {unfolded.conv.weight.dtype}, {unfolded.conv.weight.nbytes} bytes")
 print(f"fold_quantize=True:  {folded_weight.dtype}, {folded_weight.nbytes} bytes")
-assert stages["unfolded"]["quantize_per_channel"] == on_weights
-assert stages["unfolded"]["nodes"] == stages["converted"]["nodes"] + on_weights
-assert folded_weight.dtype == torch.int8 and folded_weight.nbytes * 4 == unfolded.conv.weight.nbytes
+assert stages["unfolded"]["quantize_per_channel"] == on_weights, "one quantize per weight"
+assert stages["unfolded"]["nodes"] == stages["converted"]["nodes"] + on_weights, (
+    "one node more per weight"
+)
+assert folded_weight.dtype == torch.int8, "the folded weight is int8"
+assert folded_weight.nbytes * 4 == unfolded.conv.weight.nbytes, "a quarter of the bytes"
 with torch.no_grad():
     assert torch.equal(unfolded(*test), got), "folding changes where, not what"
 
@@ -274,5 +373,67 @@ for stage, counts in stages.items():
 # %%
 # PT2E is export → ``prepare_pt2e`` (BatchNorm folded, one observer per quantized edge) →
 # calibration (observers record statistics) → ``convert_pt2e`` (observers become q/dq nodes,
-# weights become int8 constants). The next lesson reads the numbers inside those q/dq nodes and
-# recomputes them by hand: :ref:`sphx_glr_lessons_m01_quantized_graphs_m01_2_qdq_numbers.py`.
+# weights become int8 constants). The converted model is a float32 simulation of int8: close
+# to the float model (about 40 dB here) and slower than it, until it is lowered (M03).
+#
+# Exercises
+# ---------
+# 1. Run the same flow on ``conv_bn_relu`` (conv → BatchNorm → relu, nothing after). Predict,
+#    with the rules of steps 2 and 4, which edges get an observer and how many nodes
+#    ``convert_pt2e`` adds.
+#
+#    .. dropdown:: Solution
+#
+#       Only ``conv2d`` asks for quantized inputs: its input ``x`` and its weight. The relu's
+#       output is the model's output and stays float. One activation observer adds one node,
+#       one weight observer two.
+#
+#       .. code-block:: python
+#
+#          small = get_model("conv_bn_relu")
+#          small_prepared = prepare_pt2e(export_module(small, x), x86_quantizer())
+#          small_observers = [
+#              n for n in small_prepared.graph.nodes if is_observer(small_prepared, n)
+#          ]
+#          edges = {(n.args[0].name, next(iter(n.users)).name) for n in small_observers}
+#          print(sorted(edges))
+#          assert edges == {("x", "conv2d"), ("conv_weight", "conv2d")}, "input and weight only"
+#          calibrate(small_prepared)
+#          nodes_before = len(small_prepared.graph.nodes)
+#          small_converted = convert_pt2e(small_prepared)
+#          assert len(small_converted.graph.nodes) == nodes_before + 1 + 2, "one + two nodes"
+#
+# 2. Calibrate a fresh prepared ``small_cnn`` with one batch instead of four
+#    (``calibrate(..., batches=1)``). Predict the input observer's ``min_val`` and ``max_val``.
+#
+#    .. dropdown:: Solution
+#
+#       The smallest and largest value of that one batch, ``example_inputs(8, seed=0)``: a
+#       MinMax-style record of exactly what the observer saw, and no wider than with four.
+#
+#       .. code-block:: python
+#
+#          once = prepare_pt2e(export_module(model, x), x86_quantizer())
+#          calibrate(once, batches=1)
+#          observer = next(
+#              once.get_submodule(n.target)
+#              for n in once.graph.nodes
+#              if is_observer(once, n) and n.args[0].name == "x"
+#          )
+#          batch = example_inputs(8, seed=0)[0]
+#          print(f"{observer.min_val:.6f}..{observer.max_val:.6f}")
+#          assert torch.equal(observer.min_val, batch.min()), "the one batch's minimum"
+#          assert torch.equal(observer.max_val, batch.max()), "the one batch's maximum"
+#          assert observer.min_val >= input_observer.min_val, "no wider than with four batches"
+#
+# Further reading
+# ---------------
+# - `PT2E quantization overview (torchao) <https://docs.pytorch.org/ao/stable/pt2e_quantization/index.html>`_
+# - `PyTorch 2 Export post-training quantization (torchao) <https://docs.pytorch.org/ao/stable/pt2e_quantization/pt2e_quant_ptq.html>`_
+# - `torch.export <https://docs.pytorch.org/docs/stable/export.html>`_
+#
+# Next
+# ----
+# The next lesson reads the numbers inside those q/dq nodes and recomputes them by hand:
+# :ref:`M01-2 · q/dq nodes and their numbers
+# <sphx_glr_lessons_m01_quantized_graphs_m01_2_qdq_numbers.py>`.

@@ -14,10 +14,14 @@ dequantize by hand, bit for bit.
 - Where a q/dq node keeps its scale, zero point, range and dtype, per tensor and per channel
 - The exact arithmetic of ``quantize_per_tensor``, ``dequantize_per_tensor`` and their
   per-channel twins, and why the order of operations matters
-- What the int8 weight constant left by ``fold_quantize=True`` is
+- What the int8 weight constant left by ``fold_quantize=True`` is, and what a round trip loses
 
-**Prerequisites**: M01-1 (the PT2E flow).
+**Prerequisites**:
+:ref:`M01-1 · the PT2E flow <sphx_glr_lessons_m01_quantized_graphs_m01_1_pt2e_flow.py>`.
 """
+
+# SPDX-License-Identifier: BSD-3-Clause
+# sphinx_gallery_thumbnail_number = 3
 
 # %%
 # Setup
@@ -28,15 +32,18 @@ dequantize by hand, bit for bit.
 
 import copy
 
+import matplotlib.pyplot as plt
 import torch
 
+from common.charts import use_course_style
 from common.models import example_inputs, get_model
 from common.pt2e import calibrate, export_module, quiet, x86_quantizer
 from common.viz import draw
 
 quiet()
+use_course_style()
 
-from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e  # noqa: E402
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
 Q = torch.ops.quantized_decomposed
 model = get_model("small_cnn")
@@ -45,6 +52,9 @@ prepared = prepare_pt2e(export_module(model, x), x86_quantizer())
 calibrate(prepared)
 converted = convert_pt2e(copy.deepcopy(prepared))
 unfolded = convert_pt2e(copy.deepcopy(prepared), fold_quantize=False)
+
+# %%
+# Two small helpers find nodes.
 
 
 def nodes_calling(gm, op):
@@ -69,7 +79,8 @@ dequantizes = nodes_calling(converted, Q.dequantize_per_tensor.default)
 for q in quantizes:
     (dq,) = q.users
     print(f"{q.args[0].name:>10} → {q.name} → {dq.name}")
-    assert dq.target == Q.dequantize_per_tensor.default and dq.args[1:] == q.args[1:]
+    assert dq.target == Q.dequantize_per_tensor.default, "a quantize is read by a dequantize"
+    assert dq.args[1:] == q.args[1:], "with the same numbers"
 assert len(dequantizes) == len(quantizes), "each quantize has its dequantize"
 draw(
     converted, highlight=[n.name for n in quantizes + dequantizes], title="Step 1: per-tensor q/dq"
@@ -86,7 +97,8 @@ for q in quantizes:
     _, scale, zero_point, quant_min, quant_max, dtype = q.args
     print(f"{q.name:<30} {scale!r:<22} {zero_point:>4}  {quant_min}..{quant_max}  {dtype}")
     assert isinstance(scale, float) and isinstance(zero_point, int), "Python numbers"
-    assert dtype == torch.uint8 and (quant_min, quant_max) == (0, torch.iinfo(dtype).max)
+    assert dtype == torch.uint8, "activations are uint8"
+    assert (quant_min, quant_max) == (0, torch.iinfo(dtype).max), "over the whole range, 0..255"
 
 # %%
 # Where do the numbers come from? From the observer that sat on the same edge in the
@@ -102,7 +114,8 @@ observer_on = {
 for q in quantizes:
     scale_t, zero_point_t = observer_on[q.args[0].name].calculate_qparams()
     assert q.args[1] == float(scale_t) and q.args[2] == int(zero_point_t), "the observer's qparams"
-    assert scale_t.dtype == torch.float32 and torch.tensor(q.args[1]).item() == q.args[1]
+    assert scale_t.dtype == torch.float32, "computed in float32"
+    assert torch.tensor(q.args[1]).item() == q.args[1], "and exactly a float32 value"
 scale_t, zero_point_t = observer_on["x"].calculate_qparams()
 print(f"observer on x: scale={scale_t}, zero_point={zero_point_t}")
 
@@ -128,17 +141,19 @@ for dq in weight_dqs:
     w = getattr(converted, int8_weight.target)
     print(f"{dq.name}  axis={axis}  {quant_min}..{quant_max}  {dtype}")
     print(f"    ‹{scales.target}› {s.dtype} {tuple(s.shape)}  ‹{zero_points.target}› {z.dtype}")
-    assert s.dtype == torch.float32 and z.dtype == torch.int64 and not z.any()
+    assert s.dtype == torch.float32 and z.dtype == torch.int64, "float32 scales, int64 zero points"
+    assert not z.any(), "every zero point is 0"
     assert s.shape == z.shape == (w.shape[axis],) and axis == 0, "one pair per output channel"
-    assert (quant_min, quant_max, dtype) == (-128, 127, torch.int8) and w.dtype == torch.int8
+    assert (quant_min, quant_max, dtype) == (-128, 127, torch.int8), "int8 over -128..127"
+    assert w.dtype == torch.int8, "the weight is stored as int8"
 
 # %%
 # Step 4 — quantize_per_tensor by hand
 # ------------------------------------
 # The op, in ``torch/ao/quantization/fx/_decomposed.py`` (imported by torchao), does five
-# things in this order: multiply by ``1.0 / scale``, round (halves go to the even neighbour),
-# add the zero point, clamp to ``quant_min..quant_max``, cast. Rounding and clamping are the
-# only steps that lose information. Dequantize casts to float32,
+# things in this order: multiply by ``1.0 / scale``, round to the nearest integer (halves go
+# to the even neighbour), add the zero point, clamp to ``quant_min..quant_max``, cast.
+# Rounding and clamping are where information is thrown away. Dequantize casts to float32,
 # subtracts the zero point and multiplies by the scale.
 
 
@@ -151,6 +166,9 @@ def dequantize_by_hand(q, scale, zero_point):
     """Cast, shift back, scale: dequantize_per_tensor's arithmetic, in its order."""
     return (q.to(torch.float32) - zero_point) * scale
 
+
+# %%
+# ``torch.round`` sends a value exactly half-way between two integers to the even one:
 
 halves = torch.round(torch.tensor([0.5, 1.5, 2.5, -0.5, -1.5]))
 print(f"torch.round([0.5, 1.5, 2.5, -0.5, -1.5]) = {halves.tolist()}")
@@ -183,9 +201,11 @@ print(f"dequantize(q)   {[round(v, 4) for v in value[dq].flatten()[:6].tolist()]
 for q in quantizes:
     (dq,) = q.users
     _, scale, zero_point, *_ = q.args
-    assert torch.equal(quantize_by_hand(value[q.args[0]], *q.args[1:]), value[q]), q.name
-    assert torch.equal(dequantize_by_hand(value[q], scale, zero_point), value[dq]), dq.name
-    assert value[q].dtype == torch.uint8 and value[dq].dtype == torch.float32
+    hand_q = quantize_by_hand(value[q.args[0]], *q.args[1:])
+    assert torch.equal(hand_q, value[q]), f"{q.name}: quantize by hand == the op"
+    hand_dq = dequantize_by_hand(value[q], scale, zero_point)
+    assert torch.equal(hand_dq, value[dq]), f"{dq.name}: dequantize by hand == the op"
+    assert value[q].dtype == torch.uint8 and value[dq].dtype == torch.float32, "uint8, float32"
 print(f"{len(quantizes)} quantize and {len(quantizes)} dequantize nodes reproduced exactly")
 
 # %%
@@ -204,17 +224,16 @@ by_op = Q.quantize_per_tensor.default(near, scale, zero_point, quant_min, quant_
 by_division = torch.clamp(torch.round(near / scale) + zero_point, quant_min, quant_max).to(dtype)
 differ = int((by_division != by_op).sum())
 print(f"{near.numel()} values near half-way points: x / scale disagrees with the op on {differ}")
-assert torch.equal(quantize_by_hand(near, scale, zero_point, quant_min, quant_max, dtype), by_op)
-assert differ > 0, "division is not the op's arithmetic"
+hand = quantize_by_hand(near, scale, zero_point, quant_min, quant_max, dtype)
+assert torch.equal(hand, by_op), "multiplying by 1.0 / scale is the op's arithmetic"
+assert differ > 0, "dividing by scale is not"
 
 # %%
 # Step 6 — The per-channel pair by hand
 # -------------------------------------
 # Per channel, the arithmetic is the same with one scale and zero point per slice along
 # ``axis``; the op reshapes them so they broadcast over the other dimensions. One difference
-# in dtypes: here ``1.0 / scales`` is a float32 tensor, not a Python number. The graph
-# converted with ``fold_quantize=False`` still runs ``quantize_per_channel`` on the float
-# weight, so both ops can be checked on its values.
+# in dtypes: here ``1.0 / scales`` is a float32 tensor, not a Python number.
 
 
 def quantize_per_channel_by_hand(w, scales, zero_points, axis, quant_min, quant_max, dtype):
@@ -232,6 +251,10 @@ def dequantize_per_channel_by_hand(q, scales, zero_points, axis):
     return ((q - zero_points.view(shape)) * scales.view(shape)).to(torch.float32)
 
 
+# %%
+# The graph converted with ``fold_quantize=False`` still runs ``quantize_per_channel`` on the
+# float weight, so both ops can be checked on its values.
+
 interpreter = torch.fx.Interpreter(unfolded, garbage_collect_values=False)
 with torch.no_grad():
     interpreter.run(*x)
@@ -243,8 +266,8 @@ for q in weight_qs:
     axis, quant_min, quant_max, dtype = q.args[3:]
     hand_q = quantize_per_channel_by_hand(w, scales, zero_points, axis, quant_min, quant_max, dtype)
     hand_dq = dequantize_per_channel_by_hand(hand_q, scales, zero_points, axis)
-    assert torch.equal(hand_q, unfolded_value[q]), q.name
-    assert torch.equal(hand_dq, unfolded_value[dq]), dq.name
+    assert torch.equal(hand_q, unfolded_value[q]), f"{q.name}: by hand == the op"
+    assert torch.equal(hand_dq, unfolded_value[dq]), f"{dq.name}: by hand == the op"
 print(f"{len(weight_qs)} quantize_per_channel and their dequantize reproduced exactly")
 
 # %%
@@ -262,7 +285,9 @@ for layer in ("conv2d", "linear"):
     scales, zero_points = (value[node] for node in folded_dq.args[1:3])
     hand = quantize_per_channel_by_hand(float_weight, scales, zero_points, *folded_dq.args[3:])
     print(f"{layer:<7} {folded_dq.args[0].name} → ‹{folded_dq.args[0].target}› {constant.dtype}")
-    assert folded_dq.args[0].op == "get_attr" and constant.dtype == torch.int8
+    assert folded_dq.args[0].op == "get_attr", "a get_attr node took the quantize's place"
+    assert folded_dq.args[0].name == unfolded_q.name, "under the quantize node's name"
+    assert constant.dtype == torch.int8, "it reads an int8 constant"
     assert torch.equal(constant, hand), "the folded constant is the hand-quantized weight"
     dequantized = dequantize_per_channel_by_hand(constant, scales, zero_points, 0)
     assert torch.equal(dequantized, value[folded_dq]), "and its dequantize matches the graph's"
@@ -292,13 +317,45 @@ _, scale, zero_point, quant_min, quant_max, dtype = q.args
 original, restored = value[q.args[0]], value[dq]
 low, high = (quant_min - zero_point) * scale, (quant_max - zero_point) * scale
 inside = (original >= low) & (original <= high)
-error = (restored - original).abs()
+error = restored - original
 print(f"range {low:.4f}..{high:.4f}; {int((~inside).sum())} of {original.numel()} values outside")
-print(f"inside: max error {error[inside].max():.6f} (scale / 2 = {scale / 2:.6f})")
-print(f"outside: max error {error[~inside].max():.6f}")
+print(f"inside: max error {error[inside].abs().max():.6f} (scale / 2 = {scale / 2:.6f})")
+print(f"outside: max error {error[~inside].abs().max():.6f}")
 ends = dequantize_by_hand(torch.tensor([quant_min, quant_max], dtype=dtype), scale, zero_point)
-assert error[inside].max() <= scale / 2 + 1e-6, "half a step inside the range"
-assert (~inside).any() and torch.isin(restored[~inside], ends).all(), "clamped to an end"
+assert error[inside].abs().max() <= scale / 2 + 1e-6, "half a step inside the range"
+assert (~inside).any(), "some calibration values lie outside the range"
+assert torch.isin(restored[~inside], ends).all(), "and come back clamped to an end"
+
+# %%
+# The same, drawn. Left, the error of every value of the batch in steps of the grid: a band of
+# ±0.5 step across the grid's range; the values beyond its ends (red) are clamped to an end,
+# and an error larger than one step is drawn at the chart's edge. Right, six steps around 0:
+# the round trip is a staircase, each value moved to the nearest grid point.
+
+steps = (error / scale).flatten()
+xs = torch.linspace(-3 * scale, 3 * scale, 601)
+stairs = dequantize_by_hand(quantize_by_hand(xs, *q.args[1:]), scale, zero_point)
+fig, (every, around_zero) = plt.subplots(1, 2, figsize=(10, 3.6))
+kept = inside.flatten()
+every.scatter(original.flatten()[kept].numpy(), steps[kept].numpy(), s=2, label="inside")
+every.scatter(
+    original.flatten()[~kept].numpy(),
+    steps[~kept].clamp(-1, 1).numpy(),
+    s=12,
+    color="tab:red",
+    label="clamped",
+)
+every.axhline(0.5, color="gray", linestyle="--", label="±0.5 step")
+every.axhline(-0.5, color="gray", linestyle="--")
+every.set(
+    title="Round-trip error of every x", xlabel="x", ylabel="error (steps)", ylim=(-1.05, 1.4)
+)
+every.legend(loc="upper center", ncols=3)
+around_zero.plot(xs.numpy(), xs.numpy(), color="gray", linestyle="--", label="x")
+around_zero.plot(xs.numpy(), stairs.numpy(), label="dequantize(quantize(x))")
+around_zero.set(title="Six steps around 0", xlabel="x", ylabel="after the round trip")
+around_zero.legend(loc="upper left")
+fig.tight_layout()
 
 # %%
 # Summary
@@ -308,5 +365,75 @@ assert (~inside).any() and torch.isin(restored[~inside], ends).all(), "clamped t
 # ``_scale_*`` and ``_zero_point_*`` buffers and has an ``axis``. Quantize is
 # ``clamp(round(x * (1.0 / scale)) + zero_point).to(dtype)`` and dequantize
 # ``(q.to(float32) - zero_point) * scale``, and written in exactly that order they match the
-# ops bit for bit. Where the scale and zero point come from is the next lesson:
-# :ref:`sphx_glr_lessons_m01_quantized_graphs_m01_3_observers.py`.
+# ops bit for bit. A round trip moves a value inside the grid's range by at most half a step
+# and clamps a value outside it to the nearest end.
+#
+# Exercises
+# ---------
+# 1. Quantize ``[0.5, 1.5, 2.5, -0.5, -1.5]`` with ``Q.quantize_per_tensor.default``, scale
+#    1.0, zero point 0, int8 over -128..127. Predict the integers.
+#
+#    .. dropdown:: Solution
+#
+#       With scale 1.0 the op only rounds, and every value is a half: each goes to the even
+#       neighbour.
+#
+#       .. code-block:: python
+#
+#          halves_q = Q.quantize_per_tensor.default(
+#              torch.tensor([0.5, 1.5, 2.5, -0.5, -1.5]), 1.0, 0, -128, 127, torch.int8
+#          )
+#          print(halves_q.tolist())
+#          assert halves_q.tolist() == [0, 2, 2, 0, -2], "half to even, as torch.round"
+#
+# 2. Quantize the input ``x`` as ``int8`` over -128..127 instead of ``uint8`` over 0..255,
+#    with the same scale and the zero point lowered by 128. Predict the integers and the
+#    dequantized values.
+#
+#    .. dropdown:: Solution
+#
+#       The integers are the uint8 ones minus 128, and the dequantized values are identical:
+#       shifting the grid and its zero point together changes nothing but the storage type.
+#
+#       .. code-block:: python
+#
+#          q = quantizes[0]
+#          _, scale, zero_point, *_ = q.args
+#          data = value[q.args[0]]
+#          as_uint8 = Q.quantize_per_tensor.default(data, scale, zero_point, 0, 255, torch.uint8)
+#          as_int8 = Q.quantize_per_tensor.default(
+#              data, scale, zero_point - 128, -128, 127, torch.int8
+#          )
+#          assert torch.equal(as_int8.int() + 128, as_uint8.int()), "the integers minus 128"
+#          back_uint8 = dequantize_by_hand(as_uint8, scale, zero_point)
+#          back_int8 = dequantize_by_hand(as_int8, scale, zero_point - 128)
+#          assert torch.equal(back_int8, back_uint8), "the same float values"
+#
+# 3. Round-trip the float weights of the ``fold_quantize=False`` graph through their
+#    per-channel q/dq pair. Predict each channel's largest error, in steps of its own scale.
+#
+#    .. dropdown:: Solution
+#
+#       Half a step in every channel, up to float32 rounding. The symmetric int8 scale is
+#       ``max|w| / 127.5``, so a channel's largest magnitude lands exactly half-way, at ±127.5:
+#       it is rounded or clamped to -128 or 127, half a step away. Nothing is further.
+#
+#       .. code-block:: python
+#
+#          for q in weight_qs:
+#              (dq,) = q.users
+#              w, scales = unfolded_value[q.args[0]], unfolded_value[q.args[1]]
+#              worst = (unfolded_value[dq] - w).abs().flatten(1).amax(dim=1) / scales
+#              print(f"{q.name}: {[round(v, 5) for v in worst.tolist()]}")
+#              assert torch.allclose(worst, torch.full_like(worst, 0.5), atol=1e-4), "½ step"
+#
+# Further reading
+# ---------------
+# - `PT2E quantization overview (torchao) <https://docs.pytorch.org/ao/stable/pt2e_quantization/index.html>`_
+# - `PyTorch 2 Export post-training quantization (torchao) <https://docs.pytorch.org/ao/stable/pt2e_quantization/pt2e_quant_ptq.html>`_
+#
+# Next
+# ----
+# Where the scale and zero point come from:
+# :ref:`M01-3 · how an observer turns statistics into qparams
+# <sphx_glr_lessons_m01_quantized_graphs_m01_3_observers.py>`.

@@ -514,3 +514,13 @@ def test_copy_buttons_copy_the_code_without_output(browse, server, lang):
     buttons.nth(1).click()
     copied = page.evaluate("navigator.clipboard.readText()")
     assert copied.strip() == code.nth(1).inner_text().strip(), "the button copies the cell's code"
+
+
+def test_theme_speaks_traditional_chinese_on_zh_tw_pages(site):
+    """The theme's strings come from docs/locale/zh_TW/LC_MESSAGES/sphinx.po, not its zh catalog."""
+    page = lesson_pages("zh_TW")[-1]
+    html = (site / "zh_TW" / page).read_text("utf-8")
+    pairs = (("Skip to main content", "跳到主要內容"), ("On this page", "本頁內容"))
+    for english, chinese in pairs:
+        assert chinese in html and english not in html, f"zh_TW/{page}: {english!r} untranslated"
+    assert "当前" not in html, f"zh_TW/{page}: Simplified Chinese from the theme's own catalog"

@@ -783,3 +783,13 @@ def test_the_copy_button_copies_exactly_the_code(browse, server, lang):
         copied = page.evaluate("navigator.clipboard.readText()")
         shown = block.locator("pre").inner_text()
         assert copied.rstrip("\n") == shown.rstrip("\n"), f"{lang}: block {i} copies other text"
+
+
+def test_theme_speaks_traditional_chinese_on_zh_tw_pages(site):
+    """The theme's strings come from docs/locale/zh_TW/LC_MESSAGES/sphinx.po, not its zh catalog."""
+    page = lesson_pages("zh_TW")[-1]
+    html = (site / "zh_TW" / page).read_text("utf-8")
+    pairs = (("Skip to main content", "跳到主要內容"), ("On this page", "本頁內容"))
+    for english, chinese in pairs:
+        assert chinese in html and english not in html, f"zh_TW/{page}: {english!r} untranslated"
+    assert "当前" not in html, f"zh_TW/{page}: Simplified Chinese from the theme's own catalog"

@@ -19,11 +19,11 @@ def reset(gallery_conf, fname) -> None:
         fname: the lesson's file name (unused).
     """
     from common.pt2e import quiet
-    from common.viz import _collector
+    from common.viz import collected_pictures
 
     quiet()
-    _collector.active = True
-    _collector.pictures.clear()
+    collected_pictures.active = True
+    collected_pictures.pictures.clear()
 
 
 def inline_html(svg: str, alt: str) -> str:
@@ -104,13 +104,13 @@ def scraper(block, block_vars, gallery_conf) -> str:
     Returns:
         str: reST with one inline picture per ``draw`` call of the cell ("" when none).
     """
-    from common.viz import _collector
+    from common.viz import collected_pictures
 
     check_chart_glyphs()
     rst = ""
-    for svg, alt in _collector.pictures:
+    for svg, alt in collected_pictures.pictures:
         path = Path(next(block_vars["image_path_iterator"])).with_suffix(".svg")
         path.write_text(svg, encoding="utf-8")
         rst += _raw_html(inline_html(svg, alt))
-    _collector.pictures.clear()
+    collected_pictures.pictures.clear()
     return rst

@@ -14,6 +14,8 @@ import torch
 __all__ = [
     "DIFF_LABELS",
     "GraphvizMissingError",
+    "PictureCollector",
+    "collected_pictures",
     "diff_dot",
     "draw",
     "draw_diff",
@@ -502,15 +504,20 @@ def describe(gm, *, title=None, diff=None) -> str:
 # -------------------------------------------------------------------------------- rendering
 
 
-class _Collector:
-    """Pictures drawn since the gallery scraper last ran (only while collecting)."""
+class PictureCollector:
+    """Pictures drawn since the gallery scraper last ran, kept only while ``active``.
+
+    ``common.gallery``'s hooks switch it on before a lesson runs on the site and take the
+    pictures after each cell; elsewhere ``draw`` leaves it empty.
+    """
 
     def __init__(self):
         self.active = False
         self.pictures: list[tuple[str, str]] = []  # (svg text, text alternative)
 
 
-_collector = _Collector()
+#: The one collector ``draw`` feeds and the sphinx-gallery scraper empties.
+collected_pictures = PictureCollector()
 
 # Graphviz wraps a node with a tooltip in <a xlink:title=...>; browsers show an SVG element's
 # <title> child on hover (and screen readers read it), so the tooltip replaces the node's
@@ -553,8 +560,8 @@ def _show_in_jupyter(svg: str) -> bool:
 
 
 def _show(svg: str, alt: str) -> None:
-    if _collector.active:
-        _collector.pictures.append((svg, alt))
+    if collected_pictures.active:
+        collected_pictures.pictures.append((svg, alt))
     elif not _show_in_jupyter(svg) and os.environ.get("PT2E_COURSE_DRAW_DIR"):
         folder = Path(os.environ["PT2E_COURSE_DRAW_DIR"])
         folder.mkdir(parents=True, exist_ok=True)

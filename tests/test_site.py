@@ -28,7 +28,8 @@ import course_conf
 from conftest import LANGUAGES, ROOT, lessons, needs_dot
 from languages import build_site
 
-pytestmark = pytest.mark.slow
+# One worker runs them all: they share the built site, its server and one Chromium.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("site")]
 
 BUILT = ROOT / "build" / "html"
 ARTIFACTS = Path(os.environ.get("PT2E_COURSE_ARTIFACTS", ROOT / "build" / "test-artifacts"))

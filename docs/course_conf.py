@@ -189,6 +189,7 @@ def make_config(lang: str) -> dict:
             "sphinx_gallery.gen_gallery",
             "sphinx_design",
             "course_site",  # docs/course_site.py: the site's own additions
+            "zh_spacing",  # docs/zh_spacing.py: no stray spaces in Chinese text
         ],
         "html_theme": "pydata_sphinx_theme",
         "locale_dirs": _theme_catalog(lang),

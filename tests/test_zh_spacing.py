@@ -13,12 +13,10 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from test_site import site as built_site  # noqa: F401  (the site tests' built site)
+from zh_spacing import CJK, FULL_WIDTH_PUNCTUATION, tidy
 
 from conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "docs"))
-from test_site import site  # noqa: F401  (the built site's fixture, shared with the site tests)
-from zh_spacing import CJK, FULL_WIDTH_PUNCTUATION, tidy  # noqa: E402
 
 # In the text a reader sees: a line break between two CJK characters, or whitespace that
 # touches full-width punctuation.
@@ -177,14 +175,14 @@ def test_the_transform_removes_every_stray_space(tmp_path):
 
 
 @pytest.mark.slow
-def test_zh_tw_pages_of_the_site_show_no_stray_spaces(site):
-    pages = sorted((site / "zh_TW").rglob("*.html"))
-    pages = [p for p in pages if not p.relative_to(site / "zh_TW").parts[0].startswith("_")]
-    assert pages, f"no zh_TW page under {site}"
+def test_zh_tw_pages_of_the_site_show_no_stray_spaces(request):
+    built_site = request.getfixturevalue("built_site")  # test_site's "site" fixture
+    pages = sorted((built_site / "zh_TW").rglob("*.html"))
+    pages = [p for p in pages if not p.relative_to(built_site / "zh_TW").parts[0].startswith("_")]
+    assert pages, f"no zh_TW page under {built_site}"
     found = {
-        str(page.relative_to(site)): stray
+        str(page.relative_to(built_site)): stray
         for page in pages
         if (stray := artefacts(page.read_text(encoding="utf-8")))
     }
     assert not found, f"stray spaces in Chinese text: {found}"
-

@@ -176,12 +176,12 @@ def test_the_transform_removes_every_stray_space(tmp_path):
 
 @pytest.mark.slow
 def test_zh_tw_pages_of_the_site_show_no_stray_spaces(request):
-    built_site = request.getfixturevalue("built_site")  # test_site's "site" fixture
-    pages = sorted((built_site / "zh_TW").rglob("*.html"))
-    pages = [p for p in pages if not p.relative_to(built_site / "zh_TW").parts[0].startswith("_")]
-    assert pages, f"no zh_TW page under {built_site}"
+    root = request.getfixturevalue("built_site")  # test_site's "site" fixture
+    pages = sorted((root / "zh_TW").rglob("*.html"))
+    pages = [p for p in pages if not p.relative_to(root / "zh_TW").parts[0].startswith("_")]
+    assert pages, f"no zh_TW page under {root}"
     found = {
-        str(page.relative_to(built_site)): stray
+        str(page.relative_to(root)): stray
         for page in pages
         if (stray := artefacts(page.read_text(encoding="utf-8")))
     }

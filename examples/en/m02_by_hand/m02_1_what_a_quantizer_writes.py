@@ -150,7 +150,8 @@ assert [name for name, _ in recorder.calls] == ["transform_for_annotation", "ann
 assert recorder.calls[0][1] == "no batch_norm", "BatchNorm is folded before the quantizer runs"
 plain = export_module(get_model("small_cnn"), x)
 code = plain.code
-assert CourseQuantizer().transform_for_annotation(plain).code == code, "the default: no change"
+for default in [CourseQuantizer(), x86_quantizer()]:
+    assert default.transform_for_annotation(plain).code == code, "the default: no change"
 
 # %%
 # Step 3 — Read one annotation

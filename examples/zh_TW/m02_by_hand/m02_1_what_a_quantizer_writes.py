@@ -146,7 +146,8 @@ assert [name for name, _ in recorder.calls] == ["transform_for_annotation", "ann
 assert recorder.calls[0][1] == "沒有 batch_norm", "quantizer 開始之前，BatchNorm 已經併掉了"
 plain = export_module(get_model("small_cnn"), x)
 code = plain.code
-assert CourseQuantizer().transform_for_annotation(plain).code == code, "預設實作：不改圖"
+for default in [CourseQuantizer(), x86_quantizer()]:
+    assert default.transform_for_annotation(plain).code == code, "預設實作：不改圖"
 
 # %%
 # 步驟 3 — 讀一張標註

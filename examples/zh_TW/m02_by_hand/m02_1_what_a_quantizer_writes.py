@@ -180,7 +180,7 @@ assert conv._annotated, "_annotated 告訴其他 quantizer：這個 node 已經�
 # 步驟 4 — QuantizationSpec 寫了什麼
 # ----------------------------------
 # spec 寫明整數型別和範圍、量化方式（qscheme），以及要用哪一種 observer 來量測這個張量。
-# weight 沿著第 0 軸逐 channel 量化（每個輸出 channel 一個 scale），而且是對稱的：
+# weight 沿著第 0 軸逐通道量化（每個輸出通道一個 scale），而且是對稱的：
 # zero point 會是 0，範圍取 [-127, 127] 讓正負兩邊一樣寬。
 
 for name, spec in [("activation", ACTIVATION_SPEC), ("weight", WEIGHT_SPEC)]:
@@ -190,7 +190,7 @@ for name, spec in [("activation", ACTIVATION_SPEC), ("weight", WEIGHT_SPEC)]:
         f"observer={spec.observer_or_fake_quant_ctr.__name__}"
     )
 assert WEIGHT_SPEC.qscheme == torch.per_channel_symmetric and WEIGHT_SPEC.ch_axis == 0, (
-    "weight：沿第 0 軸逐 channel、對稱量化"
+    "weight：沿第 0 軸逐通道、對稱量化"
 )
 assert -WEIGHT_SPEC.quant_min == WEIGHT_SPEC.quant_max == 127, "對稱的範圍 [-127, 127]"
 assert ACTIVATION_SPEC.qscheme == torch.per_tensor_affine

@@ -66,7 +66,7 @@ def observer_calls(prepared):
 # %%
 # 步驟 1 — 把 BatchNorm 併進 conv
 # --------------------------------
-# eval 模式下，BatchNorm 對每個 channel 算 ``(y - mean) / sqrt(var + eps) * gamma + beta``：
+# eval 模式下，BatchNorm 對每個通道算 ``(y - mean) / sqrt(var + eps) * gamma + beta``：
 # 這是仿射變換，可以直接併進 conv 的 weight 和 bias。
 # ``torch.nn.utils.fusion.fuse_conv_bn_weights`` 算出新的 weight 和 bias；
 # 接著把 batch norm 的 user 改接到 conv（M00-4 步驟 2），再把它刪掉（步驟 6）。

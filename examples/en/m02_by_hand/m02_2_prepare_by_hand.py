@@ -29,12 +29,14 @@ calibration the same scale and zero point in every observer.
 # -----
 # ``reference`` is torchao's result on the same model; everything we build is compared with it.
 
+import copy
+
 import torch
 from torch.nn.utils.fusion import fuse_conv_bn_weights
 
 from common.models import example_inputs, get_model
 from common.pt2e import calibrate, export_module, quiet
-from common.viz import draw
+from common.viz import draw_diff
 
 quiet()
 
@@ -48,7 +50,6 @@ x = example_inputs(8)
 model = get_model("small_cnn")
 reference = prepare_pt2e(export_module(model, x), CourseQuantizer())
 gm = export_module(model, x)
-draw(gm, highlight=["batch_norm"], title="Before: the exported graph")
 
 # %%
 # Helpers: ``place`` names an observed place, ``observer_calls`` lists the observer nodes of
@@ -77,6 +78,7 @@ bn = model.bn
 expected_w, expected_b = fuse_conv_bn_weights(
     model.conv.weight, model.conv.bias, bn.running_mean, bn.running_var, bn.eps, bn.weight, bn.bias
 )
+before = copy.deepcopy(gm)
 handmade.fold_batch_norm(gm)
 print("nodes now:", [n.name for n in gm.graph.nodes if n.op == "call_function"])
 assert torch.equal(gm.conv.weight, expected_w) and torch.equal(gm.conv.bias, expected_b), (
@@ -87,7 +89,7 @@ with torch.no_grad():
     difference = (gm(*x) - model(*x)).abs().max().item()
 print(f"max |folded - eager| = {difference:.1e}")
 assert difference < 1e-5, "only float rounding changes"
-draw(gm, highlight=["conv2d"], title="Step 1: batch_norm folded into conv2d")
+draw_diff(before, gm, title="Step 1: batch_norm folded into conv2d")
 
 # %%
 # Step 2 — Collect the places to observe
@@ -159,6 +161,7 @@ assert len({id(o) for o in observers.values()}) == 5, "five groups, five observe
 # torchao names observers ``activation_post_process_N`` in the order it inserts them (step 8
 # compares the names too).
 
+annotated = copy.deepcopy(gm)
 graph, conv, conv_weight = gm.graph, nodes["conv2d"], nodes["conv_weight"]
 for number, source in enumerate([nodes["x"], conv_weight]):
     name = f"activation_post_process_{number}"
@@ -187,7 +190,7 @@ gm.recompile()
 assert pool.args[0] is relu_observer and relu_observer.args == (relu,), (
     "the pool reads the observer, the observer reads relu"
 )
-draw(gm, highlight=[f"activation_post_process_{i}" for i in range(3)], title="Steps 5–6")
+draw_diff(annotated, gm, title="Steps 5–6: three observers inserted by hand")
 
 # %%
 # Step 7 — Reuse, and the rest with handmade
@@ -197,6 +200,7 @@ draw(gm, highlight=[f"activation_post_process_{i}" for i in range(3)], title="St
 # observer object under a new name. ``handmade.observe_node`` does exactly these cases for one
 # node; we run it for the pool, flatten and linear.
 
+before = copy.deepcopy(gm)
 for name in ["max_pool2d", "flatten", "linear"]:
     handmade.observe_node(gm, nodes[name], observers)
 gm.recompile()
@@ -205,6 +209,7 @@ for line in gm.code.splitlines():
         print(line.split(";")[0].strip())
 assert pool.args[0] is relu_observer, "the existing observer was reused, none inserted"
 assert gm.activation_post_process_3 is gm.activation_post_process_2, "a shared observer"
+draw_diff(before, gm, title="Step 7: the rest, relu's observer reused")
 
 # %%
 # Step 8 — Compare with prepare_pt2e
@@ -213,7 +218,7 @@ assert gm.activation_post_process_3 is gm.activation_post_process_2, "a shared o
 # every observer holds the same scale and zero point, bit for bit.
 
 inserted = observer_calls(gm)
-draw(gm, highlight=inserted, title="After: prepare by hand")
+draw_diff(annotated, gm, title="After: prepare by hand")
 assert gm.code == reference.code, "the same graph as prepare_pt2e"
 calibrate(gm)
 calibrate(reference)

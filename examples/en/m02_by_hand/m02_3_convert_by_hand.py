@@ -22,7 +22,7 @@ model whose outputs are ``torch.equal`` to ``convert_pt2e``'s: not close, identi
 """
 
 # SPDX-License-Identifier: BSD-3-Clause
-# sphinx_gallery_thumbnail_number = 4
+# sphinx_gallery_thumbnail_number = 3
 
 # %%
 # Setup
@@ -30,6 +30,7 @@ model whose outputs are ``torch.equal`` to ``convert_pt2e``'s: not close, identi
 # The same ``small_cnn`` and course quantizer as in M02-2, prepared twice and calibrated on the
 # same batches: ``gm`` is ours to edit, ``reference`` goes through ``convert_pt2e``.
 
+import copy
 from collections import Counter
 
 import torch
@@ -38,7 +39,7 @@ from torch import nn
 from common.expect import expect_error
 from common.models import example_inputs, get_model
 from common.pt2e import calibrate, export_module, quiet
-from common.viz import draw
+from common.viz import draw_diff
 
 quiet()
 
@@ -56,7 +57,7 @@ calibrate(reference)
 reference = convert_pt2e(reference)
 graph = gm.graph
 nodes = {node.name: node for node in graph.nodes}
-draw(gm, title="Before: calibrated observers")
+calibrated = copy.deepcopy(gm)
 
 # %%
 # Helpers: ``call_functions`` counts a graph's ops; ``TwoBranches`` is a model whose input is
@@ -150,7 +151,7 @@ gm = torch.fx.GraphModule(gm, graph)
 gm.delete_all_unused_submodules()
 graph.lint()
 qdq = [n.name for n in gm.graph.nodes if "quantize_per" in str(n.target)]
-draw(gm, highlight=qdq, title="Step 3: every observer is now quantize → dequantize")
+draw_diff(calibrated, gm, title="Steps 1–3: every observer is now quantize → dequantize")
 quantizes = gm.graph.find_nodes(op="call_function", target=qd.quantize_per_tensor.default)
 numbers = Counter(q.args[1:3] for q in quantizes)
 print("per-tensor (scale, zero point) -> quantize nodes:", dict(numbers))
@@ -176,12 +177,13 @@ dq_op = qd.dequantize_per_tensor.default
 shared = [n for n in side.graph.find_nodes(op="call_function", target=dq_op) if len(n.users) > 1]
 print("shared:", [(n.name, [u.name for u in n.users]) for n in shared])
 q_x = shared[0].args[0]
+side_before = copy.deepcopy(side)
 handmade.duplicate_shared_dequantize(side)
 copies = [
     n.name for n in side.graph.find_nodes(op="call_function", target=dq_op) if n.args[0] is q_x
 ]
 print("after:", copies)
-draw(side, highlight=copies, title="Step 4: one dequantize per conv")
+draw_diff(side_before, side, title="Step 4: one dequantize per conv")
 assert len(shared) == 1 and len(copies) == 2, "one dequantize with two users became two"
 convs = side.graph.find_nodes(op="call_function", target=torch.ops.aten.conv2d.default)
 assert sorted(conv.args[0].name for conv in convs) == sorted(copies), "each conv reads its own"
@@ -202,6 +204,7 @@ print("unchanged:", gm.code == before)
 # ``get_attr`` that keeps the quantize node's name. The float weight is no longer read by the
 # graph. Its values fill the observer's symmetric range.
 
+unfolded = copy.deepcopy(gm)
 q_w = next(n for n in gm.graph.nodes if n.target == qd.quantize_per_channel.default)
 weight = gm.conv.weight
 int8_weight = q_w.target(weight, gm._scale_0, gm._zero_point_0, *q_w.args[3:])
@@ -223,8 +226,7 @@ assert weight_reads and not any(n.users for n in weight_reads), "the float weigh
 # ``get_attr`` nodes nobody reads any more, and lints.
 
 handmade.fold_weight_quantize(gm)
-frozen_nodes = [n.name for n in gm.graph.nodes if n.op == "get_attr" and "quantize" in n.name]
-draw(gm, highlight=frozen_nodes, title="Step 5: int8 weights as constants")
+draw_diff(unfolded, gm, title="Step 5: int8 weights as constants")
 assert not gm.graph.find_nodes(op="call_function", target=qd.quantize_per_channel.default)
 assert torch.equal(gm._frozen_param1, reference._frozen_param1), "the linear's int8 weight"
 

@@ -28,12 +28,14 @@ M02-2 親手做 prepare
 # ----
 # ``reference`` 是 torchao 對同一個模型的結果，我們做出來的每一樣東西都拿它來比對。
 
+import copy
+
 import torch
 from torch.nn.utils.fusion import fuse_conv_bn_weights
 
 from common.models import example_inputs, get_model
 from common.pt2e import calibrate, export_module, quiet
-from common.viz import draw
+from common.viz import draw_diff
 
 quiet()
 
@@ -47,7 +49,6 @@ x = example_inputs(8)
 model = get_model("small_cnn")
 reference = prepare_pt2e(export_module(model, x), CourseQuantizer())
 gm = export_module(model, x)
-draw(gm, highlight=["batch_norm"], title="之前：export 出來的圖")
 
 # %%
 # 輔助工具：``place`` 寫出一個被觀察的地方，``observer_calls`` 列出 prepare 後的圖裡的
@@ -76,6 +77,7 @@ bn = model.bn
 expected_w, expected_b = fuse_conv_bn_weights(
     model.conv.weight, model.conv.bias, bn.running_mean, bn.running_var, bn.eps, bn.weight, bn.bias
 )
+before = copy.deepcopy(gm)
 handmade.fold_batch_norm(gm)
 print("現在的 node：", [n.name for n in gm.graph.nodes if n.op == "call_function"])
 assert torch.equal(gm.conv.weight, expected_w) and torch.equal(gm.conv.bias, expected_b), (
@@ -86,7 +88,7 @@ with torch.no_grad():
     difference = (gm(*x) - model(*x)).abs().max().item()
 print(f"併入後與原模型的最大差距 = {difference:.1e}")
 assert difference < 1e-5, "只差浮點捨入誤差"
-draw(gm, highlight=["conv2d"], title="步驟 1：batch_norm 併進 conv2d")
+draw_diff(before, gm, title="步驟 1：batch_norm 併進 conv2d")
 
 # %%
 # 步驟 2 — 列出要觀察的地方
@@ -155,6 +157,7 @@ assert len({id(o) for o in observers.values()}) == 5, "五個群組、五個 obs
 # 後面呼叫它（``inserting_after`` + ``call_module``），再讓 conv 改讀它。
 # torchao 依插入的先後把 observer 命名為 ``activation_post_process_N``（步驟 8 連名字一起比對）。
 
+annotated = copy.deepcopy(gm)
 graph, conv, conv_weight = gm.graph, nodes["conv2d"], nodes["conv_weight"]
 for number, source in enumerate([nodes["x"], conv_weight]):
     name = f"activation_post_process_{number}"
@@ -182,7 +185,7 @@ gm.recompile()
 assert pool.args[0] is relu_observer and relu_observer.args == (relu,), (
     "pool 讀 observer，observer 讀 relu"
 )
-draw(gm, highlight=[f"activation_post_process_{i}" for i in range(3)], title="步驟 5～6")
+draw_diff(annotated, gm, title="步驟 5～6：親手插入三個 observer")
 
 # %%
 # 步驟 7 — 沿用，以及交給 handmade 做完其餘部分
@@ -192,6 +195,7 @@ draw(gm, highlight=[f"activation_post_process_{i}" for i in range(3)], title="�
 # 「第二次呼叫」，換一個名字。``handmade.observe_node`` 就是針對單一 node
 # 處理這些情況；我們用它處理 pooling、flatten 和 linear。
 
+before = copy.deepcopy(gm)
 for name in ["max_pool2d", "flatten", "linear"]:
     handmade.observe_node(gm, nodes[name], observers)
 gm.recompile()
@@ -200,6 +204,7 @@ for line in gm.code.splitlines():
         print(line.split(";")[0].strip())
 assert pool.args[0] is relu_observer, "沿用了現有的 observer，沒有插入新的"
 assert gm.activation_post_process_3 is gm.activation_post_process_2, "共用的 observer"
+draw_diff(before, gm, title="步驟 7：其餘的部分，沿用 relu 的 observer")
 
 # %%
 # 步驟 8 — 和 prepare_pt2e 比對
@@ -208,7 +213,7 @@ assert gm.activation_post_process_3 is gm.activation_post_process_2, "共用的 
 # zero point 也一個位元都不差。
 
 inserted = observer_calls(gm)
-draw(gm, highlight=inserted, title="之後：親手做的 prepare")
+draw_diff(annotated, gm, title="之後：親手做的 prepare")
 assert gm.code == reference.code, "和 prepare_pt2e 的圖相同"
 calibrate(gm)
 calibrate(reference)

@@ -21,7 +21,7 @@ scale 和 zero point；讓每個被量化的運算都有自己的 dequantize；�
 """
 
 # SPDX-License-Identifier: BSD-3-Clause
-# sphinx_gallery_thumbnail_number = 4
+# sphinx_gallery_thumbnail_number = 3
 
 # %%
 # 準備
@@ -29,6 +29,7 @@ scale 和 zero point；讓每個被量化的運算都有自己的 dequantize；�
 # 和 M02-2 一樣的 ``small_cnn`` 與課程 quantizer，prepare 兩份、用相同的資料校準：
 # ``gm`` 給我們親手改，``reference`` 交給 ``convert_pt2e``。
 
+import copy
 from collections import Counter
 
 import torch
@@ -37,7 +38,7 @@ from torch import nn
 from common.expect import expect_error
 from common.models import example_inputs, get_model
 from common.pt2e import calibrate, export_module, quiet
-from common.viz import draw
+from common.viz import draw_diff
 
 quiet()
 
@@ -55,7 +56,7 @@ calibrate(reference)
 reference = convert_pt2e(reference)
 graph = gm.graph
 nodes = {node.name: node for node in graph.nodes}
-draw(gm, title="之前：校準過的 observer")
+calibrated = copy.deepcopy(gm)
 
 # %%
 # 輔助工具：``call_functions`` 統計圖裡的運算；``TwoBranches`` 是輸入被兩個 conv
@@ -146,7 +147,7 @@ gm = torch.fx.GraphModule(gm, graph)
 gm.delete_all_unused_submodules()
 graph.lint()
 qdq = [n.name for n in gm.graph.nodes if "quantize_per" in str(n.target)]
-draw(gm, highlight=qdq, title="步驟 3：每個 observer 都變成 quantize → dequantize")
+draw_diff(calibrated, gm, title="步驟 1～3：每個 observer 都變成 quantize → dequantize")
 quantizes = gm.graph.find_nodes(op="call_function", target=qd.quantize_per_tensor.default)
 numbers = Counter(q.args[1:3] for q in quantizes)
 print("逐張量的 (scale, zero point) → quantize node 個數：", dict(numbers))
@@ -172,12 +173,13 @@ dq_op = qd.dequantize_per_tensor.default
 shared = [n for n in side.graph.find_nodes(op="call_function", target=dq_op) if len(n.users) > 1]
 print("共用的：", [(n.name, [u.name for u in n.users]) for n in shared])
 q_x = shared[0].args[0]
+side_before = copy.deepcopy(side)
 handmade.duplicate_shared_dequantize(side)
 copies = [
     n.name for n in side.graph.find_nodes(op="call_function", target=dq_op) if n.args[0] is q_x
 ]
 print("之後：", copies)
-draw(side, highlight=copies, title="步驟 4：每個 conv 各有一個 dequantize")
+draw_diff(side_before, side, title="步驟 4：每個 conv 各有一個 dequantize")
 assert len(shared) == 1 and len(copies) == 2, "一個有兩個 user 的 dequantize 變成兩個"
 convs = side.graph.find_nodes(op="call_function", target=torch.ops.aten.conv2d.default)
 assert sorted(conv.args[0].name for conv in convs) == sorted(copies), "每個 conv 讀自己的那一份"
@@ -197,6 +199,7 @@ print("沒有改變：", gm.code == before)
 # 一個 int8 的凍結參數 ``_frozen_param0``，由一個沿用 quantize node 名字的 ``get_attr`` 讀取。
 # 浮點 weight 從此不再被圖讀取。它的值填滿 observer 的對稱範圍。
 
+unfolded = copy.deepcopy(gm)
 q_w = next(n for n in gm.graph.nodes if n.target == qd.quantize_per_channel.default)
 weight = gm.conv.weight
 int8_weight = q_w.target(weight, gm._scale_0, gm._zero_point_0, *q_w.args[3:])
@@ -218,8 +221,7 @@ assert weight_reads and not any(n.users for n in weight_reads), "浮點 weight�
 # ``get_attr`` node，最後用 ``lint`` 檢查。
 
 handmade.fold_weight_quantize(gm)
-frozen_nodes = [n.name for n in gm.graph.nodes if n.op == "get_attr" and "quantize" in n.name]
-draw(gm, highlight=frozen_nodes, title="步驟 5：int8 weight 成為常數")
+draw_diff(unfolded, gm, title="步驟 5：int8 weight 成為常數")
 assert not gm.graph.find_nodes(op="call_function", target=qd.quantize_per_channel.default)
 assert torch.equal(gm._frozen_param1, reference._frozen_param1), "linear 的 int8 weight"
 

@@ -240,7 +240,7 @@ draw(separate_run, highlight=[own.name], title="步驟 5：pool 的輸入邊有�
 # 步驟 6 — 換一個 quantizer，便條就不同
 # --------------------------------------
 # ``X86InductorQuantizer`` 在另一份相同的圖上標註了同樣的 node，但做了不同的選擇：
-# activation 用無號的 [0, 255]、bias 明寫 ``None``、relu 沒有輸出 spec
+# 活化值用無號的 [0, 255]、bias 明寫 ``None``、relu 沒有輸出 spec
 # （relu 的輸出會被量化，只是因為 pooling 的輸入邊要求），最後一個 linear 的輸出保持浮點數。
 
 gm_x86 = export_module(get_model("small_cnn"), x)
@@ -251,7 +251,7 @@ for name in ours:
 assert list(theirs) == list(ours), "標註的是同一批 node"
 x86_input = theirs["conv2d"].input_qspec_map[gm_x86.graph.find_nodes(op="placeholder")[0]]
 assert (x86_input.dtype, x86_input.quant_min, x86_input.quant_max) == (torch.uint8, 0, 255), (
-    "x86：無號的 activation，範圍 [0, 255]"
+    "x86：無號的活化值，範圍 [0, 255]"
 )
 bias = {n.name: spec for n, spec in theirs["conv2d"].input_qspec_map.items()}["conv_bias"]
 assert bias is None, "x86 明寫 bias，值是 None：保持浮點數"

@@ -133,7 +133,7 @@ assert len(members) == 5, "10 個地方、5 個群組"
 # %%
 # 步驟 4 — 每個群組建立一個 observer
 # ----------------------------------
-# 每個群組的 observer 依群組第一個成員的 spec 建立：activation 用 ``MinMaxObserver``，
+# 每個群組的 observer 依群組第一個成員的 spec 建立：活化值用 ``MinMaxObserver``，
 # 兩個 weight 用 ``PerChannelMinMaxObserver``。同一群組的成員都對應到同一個 Python 物件。
 
 observers = handmade.create_observers(qspecs, groups)
@@ -145,7 +145,7 @@ assert [place(k) for k in per_channel] == ["conv_weight → conv2d", "fc_weight 
     "兩個 weight 用 PerChannelMinMaxObserver"
 )
 assert all(type(v) is MinMaxObserver for k, v in observers.items() if k not in per_channel), (
-    "activation 用 MinMaxObserver"
+    "活化值用 MinMaxObserver"
 )
 assert observers[relu] is observers[(relu, pool)] is observers[pool], "同一群組、同一個物件"
 assert len({id(o) for o in observers.values()}) == 5, "五個群組、五個 observer"

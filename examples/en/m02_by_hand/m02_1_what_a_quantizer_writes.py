@@ -129,7 +129,9 @@ quantizer.annotate(gm)
 ours = notes(gm)
 print("annotated nodes:", list(ours))
 assert gm.code == code_before, "annotate only writes node.meta; the code stays the same"
-assert list(ours) == ["conv2d", "relu", "max_pool2d", "flatten", "linear"]
+assert list(ours) == ["conv2d", "relu", "max_pool2d", "flatten", "linear"], (
+    "five nodes carry a note"
+)
 draw(gm, highlight=list(ours), title="Step 1: the nodes CourseQuantizer annotated")
 
 # %%
@@ -146,7 +148,11 @@ recorder = RecordingQuantizer()
 prepare_pt2e(export_module(get_model("small_cnn"), x), recorder)
 for call in recorder.calls:
     print(call)
-assert [name for name, _ in recorder.calls] == ["transform_for_annotation", "annotate", "validate"]
+assert [name for name, _ in recorder.calls] == [
+    "transform_for_annotation",
+    "annotate",
+    "validate",
+], "transform, annotate, validate, in this order"
 assert recorder.calls[0][1] == "no batch_norm", "BatchNorm is folded before the quantizer runs"
 plain = export_module(get_model("small_cnn"), x)
 code = plain.code
@@ -174,7 +180,9 @@ assert [f.name for f in dataclasses.fields(QuantizationAnnotation)] == [
     "_annotated",
 ], "an annotation has four fields"
 assert [n.name for n in conv.input_qspec_map] == ["x", "conv_weight"], "bias stays float"
-assert conv.input_qspec_map[next(iter(conv.input_qspec_map))] is ACTIVATION_SPEC
+assert conv.input_qspec_map[next(iter(conv.input_qspec_map))] is ACTIVATION_SPEC, (
+    "the input x gets ACTIVATION_SPEC"
+)
 assert conv.output_qspec is None and ours["relu"].output_qspec is ACTIVATION_SPEC, (
     "the conv's output is quantized after its relu"
 )
@@ -197,8 +205,10 @@ assert WEIGHT_SPEC.qscheme == torch.per_channel_symmetric and WEIGHT_SPEC.ch_axi
     "weights: per channel along axis 0, symmetric"
 )
 assert -WEIGHT_SPEC.quant_min == WEIGHT_SPEC.quant_max == 127, "a symmetric range [-127, 127]"
-assert ACTIVATION_SPEC.qscheme == torch.per_tensor_affine
-assert isinstance(ACTIVATION_SPEC, QuantizationSpec) and isinstance(WEIGHT_SPEC, QuantizationSpec)
+assert ACTIVATION_SPEC.qscheme == torch.per_tensor_affine, "activations: per tensor, affine"
+assert isinstance(ACTIVATION_SPEC, QuantizationSpec) and isinstance(
+    WEIGHT_SPEC, QuantizationSpec
+), "both are QuantizationSpec"
 
 # %%
 # Step 5 — SharedQuantizationSpec and allow_implicit_sharing
@@ -214,7 +224,9 @@ for name in ["max_pool2d", "flatten"]:
     assert isinstance(shared, SharedQuantizationSpec) and user.name == name, (
         f"{name}'s output shares its own input edge's numbers"
     )
-assert ours["max_pool2d"].output_qspec.edge_or_node[0].name == "relu"
+assert ours["max_pool2d"].output_qspec.edge_or_node[0].name == "relu", (
+    "the pool points to relu → max_pool2d"
+)
 
 # %%
 # That pointer is *explicit* sharing. The edge ``relu → max_pool2d`` carries the very tensor the
@@ -264,7 +276,9 @@ assert bias is None, "x86 names the bias, with None: it stays float"
 assert theirs["relu"].output_qspec is None and theirs["linear"].output_qspec is None, (
     "x86: no output spec on the relu, a float output for the linear"
 )
-assert isinstance(theirs["max_pool2d"].output_qspec, SharedQuantizationSpec)
+assert isinstance(theirs["max_pool2d"].output_qspec, SharedQuantizationSpec), (
+    "x86 shares the pool's numbers too"
+)
 
 # %%
 # Step 7 — torchao's prepare and convert accept the course quantizer

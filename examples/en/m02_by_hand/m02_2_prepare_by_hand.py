@@ -84,7 +84,9 @@ print("nodes now:", [n.name for n in gm.graph.nodes if n.op == "call_function"])
 assert torch.equal(gm.conv.weight, expected_w) and torch.equal(gm.conv.bias, expected_b), (
     "the conv holds fuse_conv_bn_weights' pair"
 )
-assert not gm.graph.find_nodes(op="call_function", target=torch.ops.aten.batch_norm.default)
+assert not gm.graph.find_nodes(op="call_function", target=torch.ops.aten.batch_norm.default), (
+    "no batch_norm node is left"
+)
 with torch.no_grad():
     difference = (gm(*x) - model(*x)).abs().max().item()
 print(f"max |folded - eager| = {difference:.1e}")

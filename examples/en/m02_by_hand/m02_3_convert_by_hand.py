@@ -155,7 +155,9 @@ draw_diff(calibrated, gm, title="Steps 1–3: every observer is now quantize →
 quantizes = gm.graph.find_nodes(op="call_function", target=qd.quantize_per_tensor.default)
 numbers = Counter(q.args[1:3] for q in quantizes)
 print("per-tensor (scale, zero point) -> quantize nodes:", dict(numbers))
-assert not any(handmade.is_observer_node(gm, n) for n in gm.graph.nodes if n.op == "call_module")
+assert not any(handmade.is_observer_node(gm, n) for n in gm.graph.nodes if n.op == "call_module"), (
+    "no observer is left"
+)
 assert len(qdq) == 14, "7 observer calls, 2 nodes each"
 assert sorted(numbers.values()) == [1, 1, 3], "the shared observer's 3 calls: 3 pairs, 1 set"
 
@@ -227,7 +229,9 @@ assert weight_reads and not any(n.users for n in weight_reads), "the float weigh
 
 handmade.fold_weight_quantize(gm)
 draw_diff(unfolded, gm, title="Step 5: int8 weights as constants")
-assert not gm.graph.find_nodes(op="call_function", target=qd.quantize_per_channel.default)
+assert not gm.graph.find_nodes(op="call_function", target=qd.quantize_per_channel.default), (
+    "no weight quantize is left in the graph"
+)
 assert torch.equal(gm._frozen_param1, reference._frozen_param1), "the linear's int8 weight"
 
 # %%
@@ -240,7 +244,7 @@ assert torch.equal(gm._frozen_param1, reference._frozen_param1), "the linear's i
 gm.graph.lint()
 gm.recompile()
 fresh = example_inputs(8, seed=123)
-assert call_functions(gm) == call_functions(reference)
+assert call_functions(gm) == call_functions(reference), "the same ops, as many times"
 assert gm.code == reference.code, "the same graph as convert_pt2e"
 assert torch.equal(gm(*fresh), reference(*fresh)), "bit-exact with convert_pt2e"
 print(call_functions(gm))

@@ -126,7 +126,7 @@ quantizer.annotate(gm)
 ours = notes(gm)
 print("有標註的 node：", list(ours))
 assert gm.code == code_before, "annotate 只寫 node.meta，程式碼不變"
-assert list(ours) == ["conv2d", "relu", "max_pool2d", "flatten", "linear"]
+assert list(ours) == ["conv2d", "relu", "max_pool2d", "flatten", "linear"], "五個 node 有便條"
 draw(gm, highlight=list(ours), title="步驟 1：CourseQuantizer 標註的 node")
 
 # %%
@@ -142,7 +142,11 @@ recorder = RecordingQuantizer()
 prepare_pt2e(export_module(get_model("small_cnn"), x), recorder)
 for call in recorder.calls:
     print(call)
-assert [name for name, _ in recorder.calls] == ["transform_for_annotation", "annotate", "validate"]
+assert [name for name, _ in recorder.calls] == [
+    "transform_for_annotation",
+    "annotate",
+    "validate",
+], "依序：transform、annotate、validate"
 assert recorder.calls[0][1] == "沒有 batch_norm", "quantizer 開始之前，BatchNorm 已經併掉了"
 plain = export_module(get_model("small_cnn"), x)
 code = plain.code
@@ -170,7 +174,9 @@ assert [f.name for f in dataclasses.fields(QuantizationAnnotation)] == [
     "_annotated",
 ], "annotation 有四個欄位"
 assert [n.name for n in conv.input_qspec_map] == ["x", "conv_weight"], "bias 保持浮點數"
-assert conv.input_qspec_map[next(iter(conv.input_qspec_map))] is ACTIVATION_SPEC
+assert conv.input_qspec_map[next(iter(conv.input_qspec_map))] is ACTIVATION_SPEC, (
+    "輸入 x 用 ACTIVATION_SPEC"
+)
 assert conv.output_qspec is None and ours["relu"].output_qspec is ACTIVATION_SPEC, (
     "conv 的輸出在它的 relu 之後才量化"
 )
@@ -193,8 +199,10 @@ assert WEIGHT_SPEC.qscheme == torch.per_channel_symmetric and WEIGHT_SPEC.ch_axi
     "weight：沿第 0 軸逐通道、對稱量化"
 )
 assert -WEIGHT_SPEC.quant_min == WEIGHT_SPEC.quant_max == 127, "對稱的範圍 [-127, 127]"
-assert ACTIVATION_SPEC.qscheme == torch.per_tensor_affine
-assert isinstance(ACTIVATION_SPEC, QuantizationSpec) and isinstance(WEIGHT_SPEC, QuantizationSpec)
+assert ACTIVATION_SPEC.qscheme == torch.per_tensor_affine, "活化值：逐張量、仿射"
+assert isinstance(ACTIVATION_SPEC, QuantizationSpec) and isinstance(
+    WEIGHT_SPEC, QuantizationSpec
+), "兩者都是 QuantizationSpec"
 
 # %%
 # 步驟 5 — SharedQuantizationSpec 與 allow_implicit_sharing
@@ -210,7 +218,7 @@ for name in ["max_pool2d", "flatten"]:
     assert isinstance(shared, SharedQuantizationSpec) and user.name == name, (
         f"{name} 的輸出沿用自己輸入邊的數字"
     )
-assert ours["max_pool2d"].output_qspec.edge_or_node[0].name == "relu"
+assert ours["max_pool2d"].output_qspec.edge_or_node[0].name == "relu", "pool 指向 relu → max_pool2d"
 
 # %%
 # 這種指向是「明確共用」。``relu → max_pool2d`` 這條邊上流的就是 relu 的輸出，兩處要的也都是
@@ -258,7 +266,9 @@ assert bias is None, "x86 明寫 bias，值是 None：保持浮點數"
 assert theirs["relu"].output_qspec is None and theirs["linear"].output_qspec is None, (
     "x86：relu 沒有輸出 spec，linear 的輸出保持浮點數"
 )
-assert isinstance(theirs["max_pool2d"].output_qspec, SharedQuantizationSpec)
+assert isinstance(theirs["max_pool2d"].output_qspec, SharedQuantizationSpec), (
+    "x86 也讓 pool 共用數字"
+)
 
 # %%
 # 步驟 7 — torchao 的 prepare 和 convert 接受課程的 quantizer

@@ -83,7 +83,9 @@ print("現在的 node：", [n.name for n in gm.graph.nodes if n.op == "call_func
 assert torch.equal(gm.conv.weight, expected_w) and torch.equal(gm.conv.bias, expected_b), (
     "conv 存的就是 fuse_conv_bn_weights 算出的 weight 和 bias"
 )
-assert not gm.graph.find_nodes(op="call_function", target=torch.ops.aten.batch_norm.default)
+assert not gm.graph.find_nodes(op="call_function", target=torch.ops.aten.batch_norm.default), (
+    "沒有 batch_norm node 了"
+)
 with torch.no_grad():
     difference = (gm(*x) - model(*x)).abs().max().item()
 print(f"併入後與原模型的最大差距 = {difference:.1e}")

@@ -151,7 +151,9 @@ draw_diff(calibrated, gm, title="步驟 1～3：每個 observer 都變成 quanti
 quantizes = gm.graph.find_nodes(op="call_function", target=qd.quantize_per_tensor.default)
 numbers = Counter(q.args[1:3] for q in quantizes)
 print("逐張量的 (scale, zero point) → quantize node 個數：", dict(numbers))
-assert not any(handmade.is_observer_node(gm, n) for n in gm.graph.nodes if n.op == "call_module")
+assert not any(handmade.is_observer_node(gm, n) for n in gm.graph.nodes if n.op == "call_module"), (
+    "沒有 observer 了"
+)
 assert len(qdq) == 14, "7 次 observer 呼叫，每次 2 個 node"
 assert sorted(numbers.values()) == [1, 1, 3], "共用 observer 的 3 次呼叫：3 對 q／dq，1 組數字"
 
@@ -222,7 +224,9 @@ assert weight_reads and not any(n.users for n in weight_reads), "浮點 weight�
 
 handmade.fold_weight_quantize(gm)
 draw_diff(unfolded, gm, title="步驟 5：int8 weight 成為常數")
-assert not gm.graph.find_nodes(op="call_function", target=qd.quantize_per_channel.default)
+assert not gm.graph.find_nodes(op="call_function", target=qd.quantize_per_channel.default), (
+    "圖裡沒有 weight 的 quantize 了"
+)
 assert torch.equal(gm._frozen_param1, reference._frozen_param1), "linear 的 int8 weight"
 
 # %%
@@ -234,7 +238,7 @@ assert torch.equal(gm._frozen_param1, reference._frozen_param1), "linear 的 int
 gm.graph.lint()
 gm.recompile()
 fresh = example_inputs(8, seed=123)
-assert call_functions(gm) == call_functions(reference)
+assert call_functions(gm) == call_functions(reference), "相同的運算，次數也相同"
 assert gm.code == reference.code, "和 convert_pt2e 的圖相同"
 assert torch.equal(gm(*fresh), reference(*fresh)), "和 convert_pt2e 逐位元相同"
 print(call_functions(gm))

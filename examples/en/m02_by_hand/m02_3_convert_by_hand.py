@@ -266,8 +266,8 @@ assert same, "handmade.convert is bit-exact with convert_pt2e"
 # buffers per channel, dtype and range from the observer), clean-up, one dequantize per
 # quantized user, and the constant weight quantization computed ahead of time.
 # ``common.handmade`` packages M02-2 and M02-3 as ``prepare`` and ``convert``; its tests run
-# them against torchao on every model of the course and on eleven more layer mixes, with both
-# the course quantizer and ``X86InductorQuantizer``.
+# them against torchao on every model of the course and on the further layer mixes of
+# ``tests/test_handmade.py``, with both the course quantizer and ``X86InductorQuantizer``.
 
 # %%
 # Exercises

@@ -259,8 +259,9 @@ assert same, "handmade.convert 和 convert_pt2e 逐位元相同"
 # convert ＝ 每個 observer 呼叫 → ``quantize → dequantize``（逐張量把數字寫在引數裡，
 # 逐通道用 buffer，dtype 和範圍都來自 observer）、清理、每個被量化的 user
 # 各有一個 dequantize，以及預先算好的常數 weight 量化。``common.handmade`` 把 M02-2 和
-# M02-3 包裝成 ``prepare`` 與 ``convert``；它的測試在課程的每一個模型，以及另外十一種
-# 常見的層組合上，分別搭配課程 quantizer 和 ``X86InductorQuantizer``，逐一和 torchao 比對。
+# M02-3 包裝成 ``prepare`` 與 ``convert``；它的測試在課程的每一個模型，以及
+# ``tests/test_handmade.py`` 裡其他常見的層組合上，分別搭配課程 quantizer 和
+# ``X86InductorQuantizer``，逐一和 torchao 比對。
 
 # %%
 # 練習

@@ -117,7 +117,11 @@ class ZhSpacing(Transform):
             new = tidy(str(text), before, after)
             if new != str(text):
                 texts[i] = nodes.Text(new)  # the next node's "before" is the tidied text
-                text.parent.replace(text, texts[i])
+                parent = text.parent
+                # By identity: Text nodes are strings, and list.index would find the first
+                # equal one ("\n" often occurs several times in one paragraph).
+                position = next(k for k, child in enumerate(parent.children) if child is text)
+                parent[position] = texts[i]
 
 
 def setup(app) -> dict:

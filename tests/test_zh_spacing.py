@@ -131,6 +131,10 @@ FIXTURE_MD = """\
 圖模組的 `forward` ，由圖產生；把模型
 執行一次，再讀 [索引](index.rst)
 的內容。
+
+呼叫
+quantizer 的便條，把模型
+執行一次。
 """
 
 
@@ -172,6 +176,8 @@ def test_the_transform_removes_every_stray_space(tmp_path):
     text = (out / "index.html").read_text()
     assert "quantizer 不改圖" in text, "the space between Chinese and Latin words stays"
     assert "把模型執行一次（<code" in text
+    page = (out / "myst.html").read_text()
+    assert "呼叫\nquantizer 的便條，把模型執行一次。" in page, "the right line break of several"
 
 
 @pytest.mark.slow

@@ -12,6 +12,10 @@ of every page of a Chinese build:
 It keeps the space between Chinese and Latin words (「呼叫 quantizer」) and a space written
 on one line between two Chinese characters, and it never touches code, literal blocks or raw
 HTML. The python-docs-zh-tw translators write zh-TW this way.
+
+So a writer may (and, before an opening bracket such as 「（」, must) leave a space between
+reST inline markup and full-width punctuation: ``x`` （ parses where ``x``（ does not, and
+the page shows x（.
 """
 
 import re

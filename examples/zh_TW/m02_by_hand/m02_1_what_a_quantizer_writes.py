@@ -160,7 +160,7 @@ for default in [CourseQuantizer(), x86_quantizer()]:
 # spec：從那個 node 連進來的這條邊要量化。conv 要量化輸入 ``x`` 和 weight，bias 不量化。
 # 它的 ``output_qspec`` 是 ``None``：conv 唯一的 user 是 relu，所以課程的 quantizer
 # 改在 relu 之後量化（後端會把 conv+relu 融合成一個運算來跑）。
-# ``allow_implicit_sharing``（步驟 5）和 ``_annotated`` 接著看。
+# ``allow_implicit_sharing`` （步驟 5）和 ``_annotated`` 接著看。
 
 print([field.name for field in dataclasses.fields(QuantizationAnnotation)])
 conv = ours["conv2d"]
@@ -222,7 +222,7 @@ assert ours["max_pool2d"].output_qspec.edge_or_node[0].name == "relu", "pool 指
 
 # %%
 # 這種指向是「明確共用」。``relu → max_pool2d`` 這條邊上流的就是 relu 的輸出，兩處要的也都是
-# ``ACTIVATION_SPEC``：``allow_implicit_sharing`` 為 ``True``（預設值）時，prepare
+# ``ACTIVATION_SPEC``：``allow_implicit_sharing`` 為 ``True`` （預設值）時，prepare
 # 讓它們共用一個 observer，這就是「隱含共用」（M02-2 步驟 3）。在 max pool 上關掉它，
 # pool 的輸入邊就有自己的 observer：多一次 observer 呼叫，也多一個 observer。
 
@@ -300,7 +300,7 @@ draw(quantized, highlight=qdq, title="步驟 7：torchao 的 convert_pt2e 搭配
 # %%
 # 練習
 # ----
-# 1. 標註 ``linear_relu``（先 export，再呼叫 ``CourseQuantizer().annotate``）。
+# 1. 標註 ``linear_relu`` （先 export，再呼叫 ``CourseQuantizer().annotate``）。
 #    哪些 node 有便條？輸出 spec 在哪一個 node 上？
 #
 #    .. dropdown:: 解答

@@ -15,7 +15,7 @@ M02-2 親手做 prepare
 - 怎麼在一條邊上插入 observer，又怎麼沿用已經插好的
 
 **先備知識**：
-:ref:`M00-4 · 改圖 <sphx_glr_lessons_m00_graphs_m00_4_graph_surgery.py>`（步驟 1～3）、
+:ref:`M00-4 · 改圖 <sphx_glr_lessons_m00_graphs_m00_4_graph_surgery.py>` （步驟 1～3）、
 :ref:`M02-1 · quantizer 在圖上寫了什麼
 <sphx_glr_lessons_m02_by_hand_m02_1_what_a_quantizer_writes.py>`。
 """
@@ -157,7 +157,7 @@ assert len({id(o) for o in observers.values()}) == 5, "五個群組、五個 obs
 # ------------------------------
 # conv 的兩條輸入邊各插一個新的 observer：先掛上模組（``add_submodule``），在上游 node
 # 後面呼叫它（``inserting_after`` + ``call_module``），再讓 conv 改讀它。
-# torchao 依插入的先後把 observer 命名為 ``activation_post_process_N``（步驟 8 連名字一起比對）。
+# torchao 依插入的先後把 observer 命名為 ``activation_post_process_N`` （步驟 8 連名字一起比對）。
 
 annotated = copy.deepcopy(gm)
 graph, conv, conv_weight = gm.graph, nodes["conv2d"], nodes["conv_weight"]

@@ -14,7 +14,7 @@ scale 和 zero point；讓每個被量化的運算都有自己的 dequantize；�
 - ``fold_quantize=True`` 對 weight 做了什麼
 
 **先備知識**：
-:ref:`M00-4 · 改圖 <sphx_glr_lessons_m00_graphs_m00_4_graph_surgery.py>`（步驟 4～6）、
+:ref:`M00-4 · 改圖 <sphx_glr_lessons_m00_graphs_m00_4_graph_surgery.py>` （步驟 4～6）、
 :ref:`M01-2 · q/dq node 與它們的數字
 <sphx_glr_lessons_m01_quantized_graphs_m01_2_qdq_numbers.py>`、
 :ref:`M02-2 · 親手做 prepare <sphx_glr_lessons_m02_by_hand_m02_2_prepare_by_hand.py>`。
@@ -106,7 +106,7 @@ assert observer_node not in graph.nodes, "observer node 已經刪掉了"
 # ------------------------------------------------
 # weight 每個輸出通道有一個 scale：這是張量，所以存成 buffer，再由 ``get_attr`` 讀出
 # （M00-4 步驟 5）。torchao 用被觀察 node 所屬的模組來命名 buffer；weight 的 ``get_attr``
-# 不屬於任何模組，所以名字就是 ``_scale_0`` 和 ``_zero_point_0``（步驟 6 連名字一起比對）。
+# 不屬於任何模組，所以名字就是 ``_scale_0`` 和 ``_zero_point_0`` （步驟 6 連名字一起比對）。
 # 軸和範圍都從 observer 讀：對稱的逐通道量化，所以每個 zero point 都是 0。
 
 observer_node = nodes["activation_post_process_1"]
@@ -256,7 +256,7 @@ assert same, "handmade.convert 和 convert_pt2e 逐位元相同"
 # %%
 # 小結
 # ----
-# convert ＝ 每個 observer 呼叫 → ``quantize → dequantize``（逐張量把數字寫在引數裡，
+# convert ＝ 每個 observer 呼叫 → ``quantize → dequantize`` （逐張量把數字寫在引數裡，
 # 逐通道用 buffer，dtype 和範圍都來自 observer）、清理、每個被量化的 user
 # 各有一個 dequantize，以及預先算好的常數 weight 量化。``common.handmade`` 把 M02-2 和
 # M02-3 包裝成 ``prepare`` 與 ``convert``；它的測試在課程的每一個模型，以及

@@ -114,10 +114,10 @@ class ZhSpacing(Transform):
         for i, text in enumerate(texts):
             if verbatim[i] or blocks[i] is None:
                 continue
-            # What the reader sees on either side: the neighbouring text of the same block,
-            # code included (a code span is Latin text to the eye).
-            before = str(texts[i - 1]) if i and blocks[i - 1] is blocks[i] else ""
-            after = str(texts[i + 1]) if i + 1 < len(texts) and blocks[i + 1] is blocks[i] else ""
+            # What the reader sees on either side: the nearest text of the same block, code
+            # included (a code span is Latin text to the eye); parsers leave empty Text nodes.
+            before = self._neighbour(texts, blocks, i, -1)
+            after = self._neighbour(texts, blocks, i, +1)
             new = tidy(str(text), before, after)
             if new != str(text):
                 texts[i] = nodes.Text(new)  # the next node's "before" is the tidied text
@@ -126,6 +126,15 @@ class ZhSpacing(Transform):
                 # equal one ("\n" often occurs several times in one paragraph).
                 position = next(k for k, child in enumerate(parent.children) if child is text)
                 parent[position] = texts[i]
+
+    @staticmethod
+    def _neighbour(texts, blocks, i: int, step: int) -> str:
+        j = i + step
+        while 0 <= j < len(texts) and blocks[j] is blocks[i]:
+            if str(texts[j]):
+                return str(texts[j])
+            j += step
+        return ""
 
 
 def setup(app) -> dict:

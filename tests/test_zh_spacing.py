@@ -135,6 +135,9 @@ FIXTURE_MD = """\
 呼叫
 quantizer 的便條，把模型
 執行一次。
+
+產生出來的 `forward` **不會**
+自己跟著圖改變。
 """
 
 
@@ -178,6 +181,7 @@ def test_the_transform_removes_every_stray_space(tmp_path):
     assert "把模型執行一次（<code" in text
     page = (out / "myst.html").read_text()
     assert "呼叫\nquantizer 的便條，把模型執行一次。" in page, "the right line break of several"
+    assert "<strong>不會</strong>自己" in page, "a line break after bold text"
 
 
 @pytest.mark.slow

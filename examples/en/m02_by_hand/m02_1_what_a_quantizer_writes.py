@@ -140,9 +140,9 @@ draw(gm, highlight=list(ours), title="Step 1: the nodes CourseQuantizer annotate
 # ``prepare_pt2e`` folds BatchNorm, then calls three methods of the quantizer:
 # ``transform_for_annotation``, ``annotate``, ``validate``. The first one *may* rewrite the
 # graph (decompose an op the backend cannot quantize, say) and returns the model to annotate;
-# only ``annotate`` is bound to leave the graph alone. The course quantizer and
-# ``X86InductorQuantizer`` keep the default, which returns the graph unchanged (M02-4 writes one
-# that does not).
+# only ``annotate`` is meant to leave the graph alone (it writes ``node.meta``). The course
+# quantizer and ``X86InductorQuantizer`` keep the default, which returns the graph unchanged
+# (M02-4 writes one that does not).
 
 recorder = RecordingQuantizer()
 prepare_pt2e(export_module(get_model("small_cnn"), x), recorder)

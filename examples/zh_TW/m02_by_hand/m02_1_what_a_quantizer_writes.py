@@ -134,7 +134,8 @@ draw(gm, highlight=list(ours), title="步驟 1：CourseQuantizer 標註的 node"
 # ----------------------------------
 # ``prepare_pt2e`` 先併掉 BatchNorm，再依序呼叫 quantizer 的三個方法：
 # ``transform_for_annotation``、``annotate``、``validate``。第一個「可能」改寫圖
-# （例如把後端無法量化的運算拆開），並傳回要標註的模型；只有 ``annotate`` 必須讓圖保持原樣。
+# （例如把後端無法量化的運算拆開），並傳回要標註的模型；
+# 只有 ``annotate`` 照約定不改圖（它只寫 ``node.meta``）。
 # 課程的 quantizer 和 ``X86InductorQuantizer`` 都沿用預設實作，原封不動傳回圖
 # （M02-4 會寫一個真的改圖的版本）。
 

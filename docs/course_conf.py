@@ -155,6 +155,7 @@ def make_config(lang: str) -> dict:
             "sphinx_sitemap",
             "course_site",  # docs/course_site.py: the site's own additions
             "course_a11y",  # docs/course_a11y.py: accessibility fixes to the theme's markup
+            "zh_spacing",  # docs/zh_spacing.py: no stray spaces in Chinese text
         ],
         "html_theme": "pydata_sphinx_theme",
         # The theme's interface strings in Traditional Chinese (docs/locale/zh_TW/LC_MESSAGES/

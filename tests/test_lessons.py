@@ -165,3 +165,14 @@ def test_solutions_are_found(tmp_path):
         "#       y = 2 * x\n#       assert y == 2\n#\n# 2. Next.\nprint(x)\n"
     )
     assert exercise_solutions(lesson) == ["y = 2 * x\nassert y == 2\n"]
+
+
+@pytest.mark.parametrize(("lang", "relative"), ALL_LESSONS, ids=lambda v: str(v))
+def test_every_lesson_ends_with_two_or_three_exercises_with_solutions(lang, relative):
+    # test_exercise_solutions_pass runs every solution found here, so a lesson passes both
+    # only when it has exercises and each of their solutions ran.
+    found = len(exercise_solutions(EXAMPLES / lang / relative))
+    assert 2 <= found <= 3, (
+        f"examples/{lang}/{relative} has {found} exercise solutions; a lesson ends with 2–3"
+        " exercises, each with a solution in a dropdown (README, 'Adding a lesson')"
+    )

@@ -1,0 +1,143 @@
+"""Chinese text without stray spaces: drop the whitespace a browser would show between CJK.
+
+A browser shows a line break inside a paragraph as a space. Chinese has no spaces between
+words, so a source line break between two Chinese characters shows as a gap
+(「把模型 執行一次」); and reST needs whitespace around inline markup, so the writer's space
+between ``x`` and a full-width comma shows too (「x ，」). This transform removes, in the text
+of every page of a Chinese build:
+
+- a whitespace run that holds a line break, between two CJK characters;
+- a whitespace run next to full-width punctuation (its own width is the spacing).
+
+It keeps the space between Chinese and Latin words (「呼叫 quantizer」) and a space written
+on one line between two Chinese characters, and it never touches code, literal blocks or raw
+HTML. The python-docs-zh-tw translators write zh-TW this way.
+
+So a writer may (and, before an opening bracket such as 「（」, must) leave a space between
+reST inline markup and full-width punctuation: ``x`` （ parses where ``x``（ does not, and
+the page shows x（.
+"""
+
+import re
+
+from docutils import nodes
+from docutils.transforms import Transform
+
+__all__ = ["CJK", "FULL_WIDTH_PUNCTUATION", "ZhSpacing", "setup", "tidy"]
+
+#: Full-width punctuation: CJK symbols and punctuation (、。「」…) and half/full-width forms
+#: (，：；！？（）／…). The em dash (—) is not in it: the course writes it between spaces.
+FULL_WIDTH_PUNCTUATION = "\u3000-\u303f\uff00-\uffef"
+#: Characters written without spaces between them: Han, kana and full-width punctuation.
+CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff" + FULL_WIDTH_PUNCTUATION
+
+_IS_CJK = re.compile(f"[{CJK}]")
+_IS_PUNCTUATION = re.compile(f"[{FULL_WIDTH_PUNCTUATION}]")
+_WHITESPACE = re.compile(r"\s+")
+
+# Text inside these nodes is shown as written (code, literal blocks, raw HTML, math).
+_VERBATIM = (nodes.FixedTextElement, nodes.literal, nodes.raw, nodes.math, nodes.comment)
+
+
+def tidy(text: str, before: str = "", after: str = "") -> str:
+    """``text`` without the whitespace a browser would show as a stray space in Chinese.
+
+    Args:
+        text: the text of one docutils ``Text`` node.
+        before: the character shown just before ``text`` in the same block ("" at its start).
+        after: the character shown just after it ("" at the block's end).
+
+    Returns:
+        The text with each whitespace run that holds a line break between two CJK characters,
+        or touches full-width punctuation, removed.
+
+    >>> tidy("把模型\\n執行一次")
+    '把模型執行一次'
+    >>> tidy(" ，寫明", before="x")
+    '，寫明'
+    >>> tidy("呼叫\\nquantizer 的 annotate")
+    '呼叫\\nquantizer 的 annotate'
+    """
+
+    def replace(match: re.Match) -> str:
+        start, end = match.span()
+        left = text[start - 1] if start else before[-1:]
+        right = text[end] if end < len(text) else after[:1]
+        if not left or not right:  # the block's edge: the browser drops it anyway
+            return match.group()
+        if _IS_PUNCTUATION.match(left) or _IS_PUNCTUATION.match(right):
+            return ""
+        if "\n" in match.group() and _IS_CJK.match(left) and _IS_CJK.match(right):
+            return ""
+        return match.group()
+
+    return _WHITESPACE.sub(replace, text)
+
+
+def _verbatim(node: nodes.Node) -> bool:
+    return any(isinstance(parent, _VERBATIM) for parent in _ancestors(node))
+
+
+def _ancestors(node: nodes.Node):
+    parent = node.parent
+    while parent is not None:
+        yield parent
+        parent = parent.parent
+
+
+def _block(node: nodes.Node):
+    """The paragraph, title, term, ... whose text a browser flows as one run with ``node``."""
+    return next(
+        (
+            parent
+            for parent in _ancestors(node)
+            if isinstance(parent, nodes.TextElement) and not isinstance(parent, nodes.Inline)
+        ),
+        None,
+    )
+
+
+class ZhSpacing(Transform):
+    """Apply :func:`tidy` to the text of a Chinese document (see the module docstring)."""
+
+    # After Sphinx's own transforms have produced the final text, before it is written.
+    default_priority = 870
+
+    def apply(self, **kwargs) -> None:
+        env = getattr(self.document.settings, "env", None)
+        language = env.config.language if env else self.document.settings.language_code
+        if not (language or "").lower().startswith("zh"):
+            return
+        texts = list(self.document.findall(nodes.Text))
+        blocks = [_block(text) for text in texts]
+        verbatim = [_verbatim(text) for text in texts]
+        for i, text in enumerate(texts):
+            if verbatim[i] or blocks[i] is None:
+                continue
+            # What the reader sees on either side: the nearest text of the same block, code
+            # included (a code span is Latin text to the eye); parsers leave empty Text nodes.
+            before = self._neighbour(texts, blocks, i, -1)
+            after = self._neighbour(texts, blocks, i, +1)
+            new = tidy(str(text), before, after)
+            if new != str(text):
+                texts[i] = nodes.Text(new)  # the next node's "before" is the tidied text
+                parent = text.parent
+                # By identity: Text nodes are strings, and list.index would find the first
+                # equal one ("\n" often occurs several times in one paragraph).
+                position = next(k for k, child in enumerate(parent.children) if child is text)
+                parent[position] = texts[i]
+
+    @staticmethod
+    def _neighbour(texts, blocks, i: int, step: int) -> str:
+        j = i + step
+        while 0 <= j < len(texts) and blocks[j] is blocks[i]:
+            if str(texts[j]):
+                return str(texts[j])
+            j += step
+        return ""
+
+
+def setup(app) -> dict:
+    app.add_transform(ZhSpacing)
+    app.add_post_transform(ZhSpacing)  # text that cross-references bring at write time
+    return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -83,9 +83,9 @@ def block():
 x = example_inputs(4)
 
 
-def prepared_by(prepare, quantizer, model=None):
+def prepared_by(prepare, quantizer, model=None, strict=False):
     """Export the block (or ``model``), prepare it and calibrate it on the course's batches."""
-    gm = torch.export.export(model or block(), x).module()
+    gm = torch.export.export(model or block(), x, strict=strict).module()
     gm = prepare(gm, quantizer)
     calibrate(gm, batches=2)
     return gm
@@ -223,6 +223,7 @@ step4 = prepared_by(handmade.prepare, Step4Quantizer())
 add = next(iter(step4.graph.find_nodes(op="call_function", target=aten.add.Tensor)))
 add_observers = {id(step4.get_submodule(n.target)) for n in [*add.args[:2], *add.users]}
 print("distinct observers around add:", len(add_observers))
+draw(step4, highlight=[add.name], title="Step 4: add shares one observer")
 assert len(add_observers) == 1, "both inputs and the output of add share one observer"
 
 # %%
@@ -383,16 +384,19 @@ class OwnReLUs(ReusedReLU):
         return self.relu2(self.conv2(self.relu(self.conv1(x))))
 
 
-def own_relus():
+def seeded(cls):
     torch.manual_seed(0)
-    return OwnReLUs().eval()
+    return cls().eval()
 
 
 passes = ((prepare_pt2e, convert_pt2e), (handmade.prepare, handmade.convert))
-fixed = [convert(prepared_by(prepare, x86_quantizer(), own_relus())) for prepare, convert in passes]
+fixed = [convert(prepared_by(p, x86_quantizer(), seeded(OwnReLUs))) for p, convert in passes]
 assert torch.equal(fixed[0](*fresh), fixed[1](*fresh)), "one nn.ReLU per use: works, bit-exact"
-strict = torch.export.export(ReusedReLU().eval(), x, strict=True).module()
-assert prepare_pt2e(strict, x86_quantizer()) is not None, "strict export also works"
+strict = [
+    convert(prepared_by(p, x86_quantizer(), seeded(ReusedReLU), strict=True))
+    for p, convert in passes
+]
+assert torch.equal(strict[0](*fresh), strict[1](*fresh)), "strict export: works, bit-exact"
 
 # %%
 # Summary

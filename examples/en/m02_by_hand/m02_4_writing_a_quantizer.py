@@ -402,16 +402,16 @@ assert torch.equal(strict[0](*fresh), strict[1](*fresh)), "strict export: works,
 # Summary
 # -------
 #
-# =================================  ==================================================
-# Need of the backend                 What the quantizer writes
-# =================================  ==================================================
-# int32 bias in the accumulator scale ``DerivedQuantizationSpec`` (input × weight scale)
-# one scale across ``add``/``cat``    ``SharedQuantizationSpec`` on inputs and output
-# a known output range (sigmoid)      ``FixedQParamsQuantizationSpec``
-# own observers on an op's inputs     ``allow_implicit_sharing=False``
-# fewer patterns to match             ``transform_for_annotation`` (``add_`` → ``add``)
-# refuse what it cannot run           ``validate``
-# =================================  ==================================================
+# =====================================  ==================================================
+# Need of the backend                    What the quantizer writes
+# =====================================  ==================================================
+# int32 bias in the accumulator scale    ``DerivedQuantizationSpec`` (input × weight scale)
+# one scale across ``add``/``cat``       ``SharedQuantizationSpec`` on inputs and output
+# a known output range (sigmoid)         ``FixedQParamsQuantizationSpec``
+# own observers on an op's inputs        ``allow_implicit_sharing=False``
+# fewer patterns to match                ``transform_for_annotation`` (``add_`` → ``add``)
+# refuse what it cannot run              ``validate``
+# =====================================  ==================================================
 #
 # Exercises
 # ---------

@@ -174,7 +174,15 @@ def _device(model: torch.nn.Module):
 
 
 def is_observer_node(model: GraphModule, node) -> bool:
-    """Whether ``node`` calls an observer (or fake-quantize) submodule of ``model``."""
+    """Whether ``node`` calls an observer (or fake-quantize) submodule of ``model``.
+
+    Args:
+        model: a ``GraphModule``.
+        node: anything; only a ``call_module`` node of an observer gives ``True``.
+
+    Returns:
+        ``True`` for an observer call.
+    """
     return (
         isinstance(node, Node)
         and node.op == "call_module"
@@ -319,8 +327,15 @@ def fold_batch_norm(model: GraphModule) -> None:
 def collect_qspecs(model: GraphModule) -> dict:
     """Every annotated place, in graph order: ``(producer, user)`` edges and output nodes.
 
-    The keys are input edges (from ``input_qspec_map``) and nodes (their ``output_qspec``);
-    the values are the specs, ``None`` meaning "leave this edge float".
+    Args:
+        model: an annotated ``GraphModule``.
+
+    Returns:
+        ``{key: spec}``: the keys are input edges (from ``input_qspec_map``) and nodes (their
+        ``output_qspec``); the values are the specs, ``None`` meaning "leave this edge float".
+
+    Raises:
+        TypeError: an annotation has a key that is not a ``Node`` or a value that is not a spec.
     """
     qspecs = {}
     for node in model.graph.nodes:
@@ -559,7 +574,16 @@ def _writes_to_buffer(model: GraphModule, user: Node, source: Node) -> bool:
 
 
 def observe_node(model: GraphModule, node: Node, observers: dict) -> None:
-    """Insert the observers one annotated node asks for: its input edges, then its output."""
+    """Insert the observers one annotated node asks for: its input edges, then its output.
+
+    Args:
+        model: the ``GraphModule`` being prepared; edited in place.
+        node: an annotated node.
+        observers: the result of :func:`create_observers`.
+
+    Raises:
+        NotImplementedError: a tensor reaches ``node`` through a keyword argument.
+    """
     node.args = tuple(_observe_input(model, node, arg, observers) for arg in node.args)
     for name, value in node.kwargs.items():
         for leaf in torch.utils._pytree.tree_leaves(value):
@@ -572,7 +596,12 @@ def observe_node(model: GraphModule, node: Node, observers: dict) -> None:
 
 
 def insert_observers(model: GraphModule, observers: dict) -> None:
-    """Insert all observers, annotated node by annotated node in graph order."""
+    """Insert all observers, annotated node by annotated node in graph order.
+
+    Args:
+        model: the ``GraphModule`` being prepared; edited in place.
+        observers: the result of :func:`create_observers`.
+    """
     for node in list(model.graph.nodes):
         if ANNOTATION in node.meta:
             observe_node(model, node, observers)

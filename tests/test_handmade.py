@@ -5,6 +5,7 @@ quantizer) x (non-strict, strict export). Where torchao itself fails, handmade m
 """
 
 import collections
+import copy
 import warnings
 
 import pytest
@@ -521,10 +522,15 @@ def observers(gm) -> dict:
     }
 
 
+_EXPORTED = {}
+
+
 def exported(model_name, export="nonstrict"):
-    return torch.export.export(
-        build(model_name), example_inputs(2), strict=EXPORTS[export]
-    ).module()
+    """A fresh copy of the model's exported GraphModule (each model is exported once per mode)."""
+    if (model_name, export) not in _EXPORTED:
+        program = torch.export.export(build(model_name), example_inputs(2), strict=EXPORTS[export])
+        _EXPORTED[model_name, export] = program.module()
+    return copy.deepcopy(_EXPORTED[model_name, export])
 
 
 def prepare_both(model_name, quantizer_name, export="nonstrict"):
@@ -535,7 +541,7 @@ def prepare_both(model_name, quantizer_name, export="nonstrict"):
             warnings.simplefilter("always")
             prepared = prepare(exported(model_name, export), QUANTIZERS[quantizer_name]())
         notes.append([str(w.message) for w in caught if "fusing" in str(w.message)])
-        calibrate(prepared, batches=2)
+        calibrate(prepared, batches=1)
         pair.append(prepared)
     return (*pair, notes)
 

@@ -259,15 +259,12 @@ assert count_observers(separate) > count_observers(step4), "no implicit sharing:
 # ``sigmoid``'s output always lies in [0, 1], so there is nothing to calibrate:
 # ``FixedQParamsQuantizationSpec`` fixes scale 1/256 and zero point 0 in uint8.
 
-SUPPORTED_DTYPES = {torch.int8, torch.uint8, torch.int32}  # the accelerator's kernels
 SIGMOID_OUTPUT = FixedQParamsQuantizationSpec(
     dtype=torch.uint8, scale=1 / 256, zero_point=0, quant_min=0, quant_max=255
 )
 
 
-class BackendQuantizer(Step4Quantizer):
-    """The accelerator's quantizer: the course's, plus steps 2–6 and a check (step 7)."""
-
+class Step6Quantizer(Step4Quantizer):
     def annotate(self, model):
         super().annotate(model)
         for node in model.graph.find_nodes(op="call_function", target=aten.sigmoid.default):
@@ -277,6 +274,27 @@ class BackendQuantizer(Step4Quantizer):
                 _annotated=True,
             )
         return model
+
+
+ours = prepared_by(handmade.prepare, Step6Quantizer())
+converted = handmade.convert(ours)
+sigmoid = next(iter(converted.graph.find_nodes(op="call_function", target=aten.sigmoid.default)))
+q_out = next(iter(sigmoid.users))
+print(q_out.target, q_out.args[1:])
+assert q_out.args[1:3] == (1 / 256, 0), "sigmoid's output: scale 1/256, zero point 0"
+draw(converted, highlight=[q_out.name], title="Step 6: sigmoid with fixed qparams, converted")
+
+# %%
+# Step 7 — validate: refuse what the backend cannot run
+# -----------------------------------------------------
+# prepare calls ``validate`` right after ``annotate``. The accelerator has no int16 kernels, so
+# a user who asks for 16-bit activations hears it at prepare time, not on the device.
+
+SUPPORTED_DTYPES = {torch.int8, torch.uint8, torch.int32}  # the accelerator's kernels
+
+
+class BackendQuantizer(Step6Quantizer):
+    """The accelerator's quantizer: the course's, plus steps 2–6 and a check (step 7)."""
 
     def validate(self, model):
         for node in model.graph.nodes:
@@ -291,20 +309,6 @@ class BackendQuantizer(Step4Quantizer):
                 if dtype is not None and dtype not in SUPPORTED_DTYPES:
                     raise ValueError(f"node {node.name!r}: the accelerator has no {dtype} kernels")
 
-
-ours = prepared_by(handmade.prepare, BackendQuantizer())
-converted = handmade.convert(ours)
-sigmoid = next(iter(converted.graph.find_nodes(op="call_function", target=aten.sigmoid.default)))
-q_out = next(iter(sigmoid.users))
-print(q_out.target, q_out.args[1:])
-assert q_out.args[1:3] == (1 / 256, 0), "sigmoid's output: scale 1/256, zero point 0"
-draw(converted, highlight=[q_out.name], title="BackendQuantizer, converted")
-
-# %%
-# Step 7 — validate: refuse what the backend cannot run
-# -----------------------------------------------------
-# prepare calls ``validate`` right after ``annotate``. The accelerator has no int16 kernels, so
-# a user who asks for 16-bit activations hears it at prepare time, not on the device.
 
 INT16 = QuantizationSpec(
     dtype=torch.int16,
@@ -332,6 +336,7 @@ with expect_error(ValueError, match="no torch.int16 kernels"):
 # The reader's quantizer, with every kind of spec, through torchao's ``prepare_pt2e`` and
 # ``convert_pt2e``: the same graph, the same int8/int32 constants, the same outputs.
 
+converted = handmade.convert(prepared_by(handmade.prepare, BackendQuantizer()))
 theirs = convert_pt2e(prepared_by(prepare_pt2e, BackendQuantizer()))
 fresh = example_inputs(4, seed=123)
 assert converted.code == theirs.code, "the same converted graph"

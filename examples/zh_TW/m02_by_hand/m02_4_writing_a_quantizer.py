@@ -256,15 +256,12 @@ assert count_observers(separate) > count_observers(step4), "no implicit sharing:
 # ``sigmoid`` 的輸出永遠落在 [0, 1]，沒有東西需要校準：
 # ``FixedQParamsQuantizationSpec`` 直接定下 uint8、scale 1/256、zero point 0。
 
-SUPPORTED_DTYPES = {torch.int8, torch.uint8, torch.int32}  # 加速器有的 kernel
 SIGMOID_OUTPUT = FixedQParamsQuantizationSpec(
     dtype=torch.uint8, scale=1 / 256, zero_point=0, quant_min=0, quant_max=255
 )
 
 
-class BackendQuantizer(Step4Quantizer):
-    """加速器的 quantizer：課程的 quantizer，加上步驟 2–6 與一項檢查（步驟 7）。"""
-
+class Step6Quantizer(Step4Quantizer):
     def annotate(self, model):
         super().annotate(model)
         for node in model.graph.find_nodes(op="call_function", target=aten.sigmoid.default):
@@ -274,6 +271,27 @@ class BackendQuantizer(Step4Quantizer):
                 _annotated=True,
             )
         return model
+
+
+ours = prepared_by(handmade.prepare, Step6Quantizer())
+converted = handmade.convert(ours)
+sigmoid = next(iter(converted.graph.find_nodes(op="call_function", target=aten.sigmoid.default)))
+q_out = next(iter(sigmoid.users))
+print(q_out.target, q_out.args[1:])
+assert q_out.args[1:3] == (1 / 256, 0), "sigmoid's output: scale 1/256, zero point 0"
+draw(converted, highlight=[q_out.name], title="步驟 6：sigmoid 用固定 qparams，convert 之後")
+
+# %%
+# 步驟 7 — validate：拒絕後端跑不了的東西
+# --------------------------------------
+# prepare 在 ``annotate`` 之後立刻呼叫 ``validate``。加速器沒有 int16 的 kernel，
+# 所以要求 16 位元活化值的使用者在 prepare 時就會知道，而不是到了裝置上才發現。
+
+SUPPORTED_DTYPES = {torch.int8, torch.uint8, torch.int32}  # 加速器有的 kernel
+
+
+class BackendQuantizer(Step6Quantizer):
+    """加速器的 quantizer：課程的 quantizer，加上步驟 2–6 與一項檢查（步驟 7）。"""
 
     def validate(self, model):
         for node in model.graph.nodes:
@@ -288,20 +306,6 @@ class BackendQuantizer(Step4Quantizer):
                 if dtype is not None and dtype not in SUPPORTED_DTYPES:
                     raise ValueError(f"node {node.name!r}: the accelerator has no {dtype} kernels")
 
-
-ours = prepared_by(handmade.prepare, BackendQuantizer())
-converted = handmade.convert(ours)
-sigmoid = next(iter(converted.graph.find_nodes(op="call_function", target=aten.sigmoid.default)))
-q_out = next(iter(sigmoid.users))
-print(q_out.target, q_out.args[1:])
-assert q_out.args[1:3] == (1 / 256, 0), "sigmoid's output: scale 1/256, zero point 0"
-draw(converted, highlight=[q_out.name], title="BackendQuantizer，convert 之後")
-
-# %%
-# 步驟 7 — validate：拒絕後端跑不了的東西
-# --------------------------------------
-# prepare 在 ``annotate`` 之後立刻呼叫 ``validate``。加速器沒有 int16 的 kernel，
-# 所以要求 16 位元活化值的使用者在 prepare 時就會知道，而不是到了裝置上才發現。
 
 INT16 = QuantizationSpec(
     dtype=torch.int16,
@@ -329,6 +333,7 @@ with expect_error(ValueError, match="no torch.int16 kernels"):
 # 讀者的 quantizer 用上了每一種 spec，經過 torchao 的 ``prepare_pt2e`` 與
 # ``convert_pt2e``：同樣的圖、同樣的 int8／int32 常數、同樣的輸出。
 
+converted = handmade.convert(prepared_by(handmade.prepare, BackendQuantizer()))
 theirs = convert_pt2e(prepared_by(prepare_pt2e, BackendQuantizer()))
 fresh = example_inputs(4, seed=123)
 assert converted.code == theirs.code, "the same converted graph"

@@ -100,9 +100,9 @@ def annotated(gm):
 
 # %%
 # 步驟 1 — 讀課程的 quantizer
-# --------------------------
+# ---------------------------
 # 這就是 ``CourseQuantizer`` 的全部：對每個認得的 node，寫下一個
-# ``QuantizationAnnotation``（輸入的 spec、輸出的 spec），別的什麼也不做。
+# ``QuantizationAnnotation`` （輸入的 spec、輸出的 spec），別的什麼也不做。
 
 print(inspect.getsource(CourseQuantizer))
 
@@ -120,7 +120,7 @@ assert not {"add_", "sigmoid"} & set(annotated(course)), "the course quantizer l
 
 # %%
 # 步驟 2 — transform_for_annotation：一種 pattern 取代兩種
-# -------------------------------------------------------
+# --------------------------------------------------------
 # 真實的程式碼把殘差寫成就地運算（``out += x`` → ``aten.add_``）。prepare 會在 ``annotate``
 # 之前呼叫 ``transform_for_annotation``，加速器的 quantizer 可以在那裡把 ``add_`` 改寫成
 # ``add``，之後只需比對 ``aten.add``。只有在沒有別的 node 讀取 ``add_`` 會改動的張量時，
@@ -191,7 +191,7 @@ assert torch.equal(bias_scale, expected_scale), "bias scale = input scale × wei
 
 # %%
 # 步驟 4 — add（與 cat）共用 scale
-# -------------------------------
+# --------------------------------
 # 只有當兩個 int8 張量的 scale 與 zero point 相同時，加速器才能不經重新縮放就相加。
 # ``SharedQuantizationSpec(edge)`` 的意思是「用那條邊的 observer」：``add`` 的第二個輸入
 # 與輸出共用第一個輸入的 observer。``CourseQuantizer`` 對 ``cat`` 已經這麼做了。
@@ -252,7 +252,7 @@ assert count_observers(separate) > count_observers(step4), "no implicit sharing:
 
 # %%
 # 步驟 6 — sigmoid 的固定 qparams
-# ------------------------------
+# -------------------------------
 # ``sigmoid`` 的輸出永遠落在 [0, 1]，沒有東西需要校準：
 # ``FixedQParamsQuantizationSpec`` 直接定下 uint8、scale 1/256、zero point 0。
 
@@ -283,7 +283,7 @@ draw(converted, highlight=[q_out.name], title="步驟 6：sigmoid 用固定 qpar
 
 # %%
 # 步驟 7 — validate：拒絕後端跑不了的東西
-# --------------------------------------
+# ---------------------------------------
 # prepare 在 ``annotate`` 之後立刻呼叫 ``validate``。加速器沒有 int16 的 kernel，
 # 所以要求 16 位元活化值的使用者在 prepare 時就會知道，而不是到了裝置上才發現。
 
@@ -329,7 +329,7 @@ with expect_error(ValueError, match="no torch.int16 kernels"):
 
 # %%
 # 步驟 8 — 經過 torchao，逐位元相同
-# --------------------------------
+# ---------------------------------
 # 讀者的 quantizer 用上了每一種 spec，經過 torchao 的 ``prepare_pt2e`` 與
 # ``convert_pt2e``：同樣的圖、同樣的 int8／int32 常數、同樣的輸出。
 
@@ -350,7 +350,7 @@ assert len(int32) == 4, "the four conv biases are int32 constants"
 
 # %%
 # 步驟 9 — 當 torchao 自己的 quantizer 在一般程式碼上失敗
-# ------------------------------------------------------
+# -------------------------------------------------------
 # quantizer 比對的是匯出留下的 pattern，所以它看到的是匯出記錄下來的東西。
 # 把同一個 ``nn.ReLU`` 模組呼叫兩次是很普通的 PyTorch 寫法，但經過預設的（non-strict）匯出後，
 # ``X86InductorQuantizer.annotate`` 本身就會丟出錯誤。``handmade.prepare``
@@ -373,7 +373,7 @@ for prepare in (prepare_pt2e, handmade.prepare):
         prepare(torch.export.export(ReusedReLU().eval(), x).module(), x86_quantizer())
 
 # %%
-# 解法：每個用到的地方各用自己的 ``nn.ReLU``（或呼叫 ``torch.relu``）；以
+# 解法：每個用到的地方各用自己的 ``nn.ReLU`` （或呼叫 ``torch.relu``）；以
 # ``strict=True`` 匯出也可以。兩者之後又逐位元相同。
 
 
@@ -417,7 +417,7 @@ assert torch.equal(strict[0](*fresh), strict[1](*fresh)), "strict export: works,
 #
 # 練習
 # ----
-# 1. 拿掉步驟 2 的 ``transform_for_annotation``（改用一個原封不動傳回模型的 quantizer）。
+# 1. 拿掉步驟 2 的 ``transform_for_annotation`` （改用一個原封不動傳回模型的 quantizer）。
 #    預測：殘差的 add 還會被量化嗎？
 #
 #    .. dropdown:: 解答
@@ -476,7 +476,7 @@ assert torch.equal(strict[0](*fresh), strict[1](*fresh)), "strict export: works,
 # --------
 # - `How to Write a Quantizer for PyTorch 2 Export Quantization
 #   <https://docs.pytorch.org/tutorials/prototype/pt2e_quantizer.html>`_
-# - `torch.export <https://docs.pytorch.org/docs/stable/export.html>`_（strict 與 non-strict）
+# - `torch.export <https://docs.pytorch.org/docs/stable/export.html>`_ （strict 與 non-strict）
 #
 # 下一課
 # ------

@@ -607,9 +607,12 @@ def test_convert_accepts_torchaos_prepared_model_and_vice_versa():
     assert torch.equal(handmade.convert(theirs)(*x), convert_pt2e(ours)(*x))
 
 
-@pytest.mark.parametrize("model_name", ["conv_bn_relu", "transposed_weight"])
-def test_fold_quantize_false_keeps_the_weight_quantize(model_name):
-    theirs, ours, _ = prepare_both(model_name, "x86")
+@pytest.mark.parametrize(
+    ("model_name", "quantizer_name"),
+    [("conv_bn_relu", "x86"), ("transposed_weight", "linear_weight")],
+)
+def test_fold_quantize_false_keeps_the_weight_quantize(model_name, quantizer_name):
+    theirs, ours, _ = prepare_both(model_name, quantizer_name)
     expected, mine = (
         convert_pt2e(theirs, fold_quantize=False),
         handmade.convert(ours, fold_quantize=False),
@@ -716,7 +719,7 @@ class Cond(nn.Module):
 
 
 UNSUPPORTED = [
-    pytest.param(SharedWeightBN, "conv2d_1", "one weight shared", id="shared-weight-bn"),
+    pytest.param(SharedWeightBN, "conv2d_1", "shared by two conv", id="shared-weight-bn"),
     pytest.param(Cond, "cond", "higher-order ops", id="higher-order-op"),
 ]
 

@@ -328,9 +328,5 @@ assert same, "handmade.convert is bit-exact with convert_pt2e"
 #   (torchao)
 
 # %%
-# **Next**: M02-4 · writing a quantizer for a new backend, where the course quantizer's code is
+# **Next**: :ref:`M02-4 · writing a quantizer for a new backend <sphx_glr_lessons_m02_by_hand_m02_4_writing_a_quantizer.py>`, where the course quantizer's code is
 # extended with the specs this module has not used yet.
-
-# sphinx_gallery_start_ignore
-# TODO(lead): link M02-4
-# sphinx_gallery_end_ignore

@@ -328,5 +328,6 @@ assert same, "handmade.convert is bit-exact with convert_pt2e"
 #   (torchao)
 
 # %%
-# **Next**: :ref:`M02-4 · writing a quantizer for a new backend <sphx_glr_lessons_m02_by_hand_m02_4_writing_a_quantizer.py>`, where the course quantizer's code is
-# extended with the specs this module has not used yet.
+# **Next**: :ref:`M02-4 · writing a quantizer for a new backend
+# <sphx_glr_lessons_m02_by_hand_m02_4_writing_a_quantizer.py>`,
+# where the course quantizer's code is extended with the specs this module has not used yet.

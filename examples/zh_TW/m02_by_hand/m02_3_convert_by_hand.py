@@ -321,5 +321,6 @@ assert same, "handmade.convert 和 convert_pt2e 逐位元相同"
 #   （torchao）
 
 # %%
-# **下一課**：:ref:`M02-4 · 為新後端寫 quantizer <sphx_glr_lessons_m02_by_hand_m02_4_writing_a_quantizer.py>`，把課程 quantizer 的程式碼擴充，
-# 用上這個單元還沒用到的 spec。
+# **下一課**：:ref:`M02-4 · 為新後端寫 quantizer
+# <sphx_glr_lessons_m02_by_hand_m02_4_writing_a_quantizer.py>`，
+# 把課程 quantizer 的程式碼擴充，用上這個單元還沒用到的 spec。

@@ -1,8 +1,10 @@
 """Shared fixtures and skips for the pt2e-course tests."""
 
+import os
 import re
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -10,7 +12,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 sys.path.insert(0, str(ROOT / "docs"))
-from languages import LANGUAGES  # noqa: E402
+from languages import LANGUAGES, build_site  # noqa: E402
+
+BUILT = ROOT / "build" / "html"
 
 needs_dot = pytest.mark.skipif(
     shutil.which("dot") is None, reason="Graphviz 'dot' is not installed (apt-get install graphviz)"
@@ -64,3 +68,52 @@ def _dedent(code: str) -> str:
     import textwrap
 
     return textwrap.dedent(code)
+
+
+# ------------------------------------------------------------------------- the built site
+# Shared by test_site.py and test_zh_spacing.py; their tests run on one xdist worker
+# (xdist_group "site"), so the site is built at most once per run.
+
+
+def newest_source() -> float:
+    """Latest modification time of anything the site is built from (generated pages excluded)."""
+    newest = 0.0
+    for top in ("docs", "examples", "common"):
+        for path in (ROOT / top).rglob("*"):
+            parts = path.relative_to(ROOT).parts
+            if "__pycache__" in parts or (top == "docs" and "lessons" in parts[2:3]):
+                continue
+            if path.is_file():
+                newest = max(newest, path.stat().st_mtime)
+    return newest
+
+
+def build_stamp(html: Path) -> float | None:
+    """When the site was last built (languages.build_site writes the root's sitemap last)."""
+    stamp = html / "sitemap.xml"
+    return stamp.stat().st_mtime if stamp.exists() else None
+
+
+def build_both(html: Path) -> None:
+    """Build the site as nox -s docs does (both languages at once, -W)."""
+    results = build_site(sys.executable, html)
+    failed = {lang: output[-5000:] for lang, (code, output) in results.items() if code}
+    if failed:
+        pytest.fail(
+            "the site does not build:\n" + "\n".join(f"--- {k}\n{v}" for k, v in failed.items())
+        )
+
+
+@pytest.fixture(scope="session")
+def site(tmp_path_factory) -> Path:
+    """The built site's root folder (holding index.html, en/ and zh_TW/)."""
+    if os.environ.get("PT2E_COURSE_SITE"):  # test a site built elsewhere, as it is
+        return Path(os.environ["PT2E_COURSE_SITE"]).resolve()
+    stamp = build_stamp(BUILT)
+    if stamp is not None and stamp >= newest_source():
+        return BUILT
+    html = tmp_path_factory.mktemp("site") / "html"
+    started = time.perf_counter()
+    build_both(html)
+    print(f"built the site into {html} in {time.perf_counter() - started:.0f} s")
+    return html

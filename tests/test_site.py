@@ -11,9 +11,7 @@ import json
 import os
 import re
 import shutil
-import sys
 import threading
-import time
 import zipfile
 from html.parser import HTMLParser
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -26,12 +24,10 @@ import pytest
 # shared Sphinx configuration, with the repository, the site URL and the languages.
 import course_conf
 from conftest import LANGUAGES, ROOT, lessons, needs_dot
-from languages import build_site
 
 # One worker runs them all: they share the built site, its server and one Chromium.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("site")]
 
-BUILT = ROOT / "build" / "html"
 ARTIFACTS = Path(os.environ.get("PT2E_COURSE_ARTIFACTS", ROOT / "build" / "test-artifacts"))
 CHROMIUM = os.environ.get("PT2E_COURSE_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -48,50 +44,6 @@ TWIN = re.compile(r'<a class="nav-link course-language-switch" href="([^"]+)"')
 
 
 # ------------------------------------------------------------------------------------- the site
-
-
-def newest_source() -> float:
-    """Latest modification time of anything the site is built from (generated pages excluded)."""
-    newest = 0.0
-    for top in ("docs", "examples", "common"):
-        for path in (ROOT / top).rglob("*"):
-            parts = path.relative_to(ROOT).parts
-            if "__pycache__" in parts or (top == "docs" and "lessons" in parts[2:3]):
-                continue
-            if path.is_file():
-                newest = max(newest, path.stat().st_mtime)
-    return newest
-
-
-def build_stamp(html: Path) -> float | None:
-    """When the site was last built (languages.build_site writes the root's sitemap last)."""
-    stamp = html / "sitemap.xml"
-    return stamp.stat().st_mtime if stamp.exists() else None
-
-
-def build_both(html: Path) -> None:
-    """Build the site as nox -s docs does (both languages at once, -W)."""
-    results = build_site(sys.executable, html)
-    failed = {lang: output[-5000:] for lang, (code, output) in results.items() if code}
-    if failed:
-        pytest.fail(
-            "the site does not build:\n" + "\n".join(f"--- {k}\n{v}" for k, v in failed.items())
-        )
-
-
-@pytest.fixture(scope="session")
-def site(tmp_path_factory) -> Path:
-    """The built site's root folder (holding index.html, en/ and zh_TW/)."""
-    if os.environ.get("PT2E_COURSE_SITE"):  # test a site built elsewhere, as it is
-        return Path(os.environ["PT2E_COURSE_SITE"]).resolve()
-    stamp = build_stamp(BUILT)
-    if stamp is not None and stamp >= newest_source():
-        return BUILT
-    html = tmp_path_factory.mktemp("site") / "html"
-    started = time.perf_counter()
-    build_both(html)
-    print(f"built the site into {html} in {time.perf_counter() - started:.0f} s")
-    return html
 
 
 def pages(site: Path, lang: str) -> list[Path]:

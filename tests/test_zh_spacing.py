@@ -13,7 +13,6 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from test_site import site as built_site  # noqa: F401  (the site tests' built site)
 from zh_spacing import CJK, FULL_WIDTH_PUNCTUATION, tidy
 
 from conftest import ROOT
@@ -185,8 +184,9 @@ def test_the_transform_removes_every_stray_space(tmp_path):
 
 
 @pytest.mark.slow
-def test_zh_tw_pages_of_the_site_show_no_stray_spaces(request):
-    root = request.getfixturevalue("built_site")  # test_site's "site" fixture
+@pytest.mark.xdist_group("site")  # the worker that has the built site (tests/conftest.py)
+def test_zh_tw_pages_of_the_site_show_no_stray_spaces(site):
+    root = site
     pages = sorted((root / "zh_TW").rglob("*.html"))
     pages = [p for p in pages if not p.relative_to(root / "zh_TW").parts[0].startswith("_")]
     assert pages, f"no zh_TW page under {root}"

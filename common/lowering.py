@@ -134,10 +134,9 @@ def prepack_conv(model: GraphModule, conv: Node) -> Node | None:
             onednn.qconv_prepack.default,
             (qw, w_scale, x_scale, x_zp, stride, padding, dilation, groups, qx.meta["val"].shape),
         )
+        geometry = (stride, padding, dilation, groups)
         new = graph.call_function(
-            QCONV,
-            (qx, x_scale, x_zp, packed, w_scale, w_zp, bias, stride, padding, dilation, groups)
-            + _FLOAT_OUTPUT,
+            QCONV, (qx, x_scale, x_zp, packed, w_scale, w_zp, bias, *geometry, *_FLOAT_OUTPUT)
         )
     conv.replace_all_uses_with(new)
     new.meta.update(conv.meta)
@@ -168,7 +167,7 @@ def prepack_linear(model: GraphModule, mm: Node) -> Node | None:
         packed = graph.call_function(onednn.qlinear_prepack.default, (qw, qx.meta["val"].shape))
         new = graph.call_function(
             QLINEAR,
-            (qx, x_scale, x_zp, packed, w_scale, w_zp, bias) + _FLOAT_OUTPUT,
+            (qx, x_scale, x_zp, packed, w_scale, w_zp, bias, *_FLOAT_OUTPUT),
         )
     mm.replace_all_uses_with(new)
     new.meta.update(mm.meta)

@@ -172,6 +172,8 @@ def _quiet_kernels() -> None:
 def make_config(lang: str) -> dict:
     """Return the Sphinx settings for one language ("zh_TW" or "en")."""
     _quiet_kernels()
+    # torch.compile's compiled kernels (M03-3) are cached here: rebuilds do not recompile.
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(ROOT / "build" / "inductor_cache"))
     if lang == "zh_TW":
         import jieba  # segments Chinese words for the search index
 
@@ -243,8 +245,8 @@ def make_config(lang: str) -> dict:
             "gallery_dirs": "lessons",
             "filename_pattern": r"/m\d\d_\d+_",
             "ignore_pattern": r"__init__\.py",
-            "image_scrapers": ("common.gallery.scraper",),
-            "reset_modules": ("common.gallery.reset",),
+            "image_scrapers": ("common.gallery.scraper", "matplotlib"),
+            "reset_modules": ("common.gallery.reset", "matplotlib"),
             # A lesson that raises must fail the build, never become a page with a traceback.
             "abort_on_example_error": True,
             "only_warn_on_example_error": False,

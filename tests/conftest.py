@@ -1,5 +1,6 @@
 """Shared fixtures and skips for the pt2e-course tests."""
 
+import os
 import re
 import shutil
 import sys
@@ -11,6 +12,9 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 sys.path.insert(0, str(ROOT / "docs"))
 from languages import LANGUAGES  # noqa: E402
+
+# torch.compile's kernels (M03-3) are cached under build/, shared with the docs builds.
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(ROOT / "build" / "inductor_cache"))
 
 needs_dot = pytest.mark.skipif(
     shutil.which("dot") is None, reason="Graphviz 'dot' is not installed (apt-get install graphviz)"

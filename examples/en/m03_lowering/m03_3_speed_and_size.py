@@ -216,8 +216,10 @@ assert int8_bytes <= 0.3 * fp32_bytes, "int8 weights take a quarter of the bytes
 #
 #          from common.expect import expect_error
 #
-#          with expect_error(Exception):
-#              saved_bytes(lower(int8_model, x))
+#          unsaveable = lower(int8_model, x)
+#          reshape_views(unsaveable)
+#          with expect_error(NotImplementedError, match="OpaqueTensorImpl"):
+#              saved_bytes(unsaveable)
 #          # oneDNN's opaque tensors have no storage to serialize: save the q/dq program,
 #          # lower (or compile with freezing) after loading it.
 #

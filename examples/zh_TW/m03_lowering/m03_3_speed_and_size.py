@@ -211,8 +211,10 @@ assert int8_bytes <= 0.3 * fp32_bytes, "int8 weight 只佔四分之一的位元�
 #
 #          from common.expect import expect_error
 #
-#          with expect_error(Exception):
-#              saved_bytes(lower(int8_model, x))
+#          unsaveable = lower(int8_model, x)
+#          reshape_views(unsaveable)
+#          with expect_error(NotImplementedError, match="OpaqueTensorImpl"):
+#              saved_bytes(unsaveable)
 #          # oneDNN 的不透明張量沒有可序列化的 storage：存 q/dq 程式，載入後再 lowering
 #          # （或開 freezing 編譯）。
 #

@@ -20,7 +20,7 @@ machine); what is asserted is what makes int8 fast: the int8 oneDNN ops in the c
 """
 
 # SPDX-License-Identifier: BSD-3-Clause
-# sphinx_gallery_thumbnail_number = 1
+# sphinx_gallery_thumbnail_number = 2
 
 # %%
 # Setup
@@ -41,6 +41,7 @@ from torch._dynamo.utils import counters
 from common.charts import use_course_style
 from common.models import example_inputs, get_model, input_shape
 from common.pt2e import export_module, quiet, x86_quantizer
+from common.viz import draw
 
 quiet()
 use_course_style()
@@ -100,6 +101,8 @@ timings["int8 q/dq (simulated)"] = median_ms(int8_model)
 lowered = lower(int8_model, x)
 reshape_views(lowered)  # the flatten after the int8 convs (M03-1)
 timings["int8 lowered (oneDNN, eager)"] = median_ms(lowered)
+int8_ops = [n.name for n in lowered.graph.nodes if "onednn" in str(n.target)]
+draw(lowered, highlight=int8_ops, title="conv_net lowered: its oneDNN int8 ops")
 for name, ms in timings.items():
     print(f"{name:32} {ms:8.1f} ms")
 

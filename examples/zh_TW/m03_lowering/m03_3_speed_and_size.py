@@ -19,7 +19,7 @@ M03-3 量測速度與大小
 """
 
 # SPDX-License-Identifier: BSD-3-Clause
-# sphinx_gallery_thumbnail_number = 1
+# sphinx_gallery_thumbnail_number = 2
 
 # %%
 # 準備
@@ -40,6 +40,7 @@ from torch._dynamo.utils import counters
 from common.charts import use_course_style
 from common.models import example_inputs, get_model, input_shape
 from common.pt2e import export_module, quiet, x86_quantizer
+from common.viz import draw
 
 quiet()
 use_course_style()
@@ -99,6 +100,8 @@ timings["int8 q/dq (simulated)"] = median_ms(int8_model)
 lowered = lower(int8_model, x)
 reshape_views(lowered)  # int8 conv 之後的 flatten（M03-1）
 timings["int8 lowered (oneDNN, eager)"] = median_ms(lowered)
+int8_ops = [n.name for n in lowered.graph.nodes if "onednn" in str(n.target)]
+draw(lowered, highlight=int8_ops, title="lowering 之後的 conv_net：它的 oneDNN int8 運算")
 for name, ms in timings.items():
     print(f"{name:32} {ms:8.1f} ms")
 

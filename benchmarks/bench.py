@@ -142,7 +142,7 @@ def measure_m03() -> list[str]:
         M03_HEADING,
         "",
         f"`conv_net`, batch {lesson['BATCH']} of {lesson['input_shape']('conv_net')} images, "
-        f"CPU {lesson['cpu']}; medians of 7 runs after a warm-up (the lesson's own numbers).",
+        f"CPU {lesson['cpu']}; medians of 5 runs after a warm-up (the lesson's own numbers).",
         "",
         "| way | ms per batch | speed vs fp32 eager |",
         "| --- | --- | --- |",

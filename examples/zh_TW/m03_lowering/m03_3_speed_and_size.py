@@ -51,7 +51,7 @@ from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
 from common.lowering import lower, reshape_views
 
-BATCH = 4
+BATCH = 2
 x = example_inputs(BATCH, shape=input_shape("conv_net"))
 float_model = export_module(get_model("conv_net"), x)
 prepared = prepare_pt2e(export_module(get_model("conv_net"), x), x86_quantizer())
@@ -68,7 +68,7 @@ print(f"CPU：{cpu}；每批 {BATCH} 張 {input_shape('conv_net')} 影像")
 # （編譯就發生在這時）。
 
 
-def median_ms(model, repeat=7) -> float:
+def median_ms(model, repeat=5) -> float:
     with torch.no_grad():
         model(*x)
         times = []

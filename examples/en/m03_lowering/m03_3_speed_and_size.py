@@ -92,8 +92,9 @@ def compiled(model, *, freezing: bool):
 # %%
 # Step 1 — Eager: float, simulated int8, lowered int8
 # ---------------------------------------------------
-# The q/dq graph runs every conv in float *plus* a quantize and a dequantize per tensor:
-# slower than float. The lowered graph (M03-1) runs oneDNN's int8 convs, eagerly.
+# The q/dq graph runs every conv in float *plus* a quantize and a dequantize per tensor: it
+# does more work than float, so expect it slower (on a busy machine single timings are noisy).
+# The lowered graph (M03-1) runs oneDNN's int8 convs, eagerly.
 
 timings = {}
 timings["fp32 eager"] = median_ms(float_model)
@@ -190,7 +191,7 @@ assert int8_bytes <= 0.3 * fp32_bytes, "int8 weights take a quarter of the bytes
 # %%
 # Summary
 # -------
-# - The q/dq graph is a simulation: slower than float, eager or compiled without freezing.
+# - The q/dq graph is a simulation: more work than float, eager or compiled without freezing.
 # - Lowering (eager oneDNN ops, M03-1) or ``torch.compile`` with ``freezing = True`` runs
 #   real int8 kernels; the inductor counters show the convs it prepacked.
 # - The speed-up depends on VNNI/AMX; the 4× smaller file does not.

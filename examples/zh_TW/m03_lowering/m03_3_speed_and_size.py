@@ -91,8 +91,9 @@ def compiled(model, *, freezing: bool):
 # %%
 # 步驟 1 — eager：浮點數、模擬的 int8、lowering 後的 int8
 # -------------------------------------------------------
-# q/dq 圖用浮點數執行每個 conv， *再加上* 每個張量的 quantize 和 dequantize：比浮點數慢。
-# lowering 之後的圖（M03-1）則以 eager 方式執行 oneDNN 的 int8 conv。
+# q/dq 圖用浮點數執行每個 conv， *再加上* 每個張量的 quantize 和 dequantize：工作比浮點數多，
+# 應該會比較慢（機器忙碌時，單次計時的雜訊很大）。lowering 之後的圖（M03-1）則以 eager
+# 方式執行 oneDNN 的 int8 conv。
 
 timings = {}
 timings["fp32 eager"] = median_ms(float_model)
@@ -185,7 +186,7 @@ assert int8_bytes <= 0.3 * fp32_bytes, "int8 weight 只佔四分之一的位元�
 # %%
 # 小結
 # ----
-# - q/dq 圖是模擬：不論 eager 或沒有 freezing 的編譯，都比浮點數慢。
+# - q/dq 圖是模擬：不論 eager 或沒有 freezing 的編譯，工作都比浮點數多。
 # - lowering（eager 的 oneDNN 運算，M03-1）或開了 ``freezing = True`` 的 ``torch.compile``
 #   才會執行真正的 int8 運算；inductor 的計數器顯示它預先打包了哪些 conv。
 # - 加速幅度取決於 VNNI／AMX；小了 4 倍的檔案則不受影響。

@@ -610,4 +610,5 @@ def convert(model: GraphModule, fold_quantize: bool = True) -> GraphModule:
     model.meta.update(original_meta)  # like torchao, this brings back prepare's bookkeeping too
     return _disallow_eval_train(model)
 
+
 from common.lowering import lower  # noqa: E402  (M03-2 lives in its own module)

@@ -2,6 +2,7 @@
 
 Run it with ``nox -s bench`` (or ``python benchmarks/bench.py`` in an environment with the
 course installed and nox on PATH). It rebuilds the site several times: expect ~10 minutes.
+``--m03-only`` measures only the M03-3 speed-and-size table (`nox -s bench -- --m03-only`).
 """
 
 import argparse
@@ -140,13 +141,54 @@ def measure_draw(repeat: int) -> list[dict]:
     return rows
 
 
+M03_LESSON = ROOT / "examples" / "en" / "m03_lowering" / "m03_3_speed_and_size.py"
+M03_HEADING = "## M03-3 speed and size"
+
+
+def measure_m03() -> list[str]:
+    """Run the M03-3 lesson (its timings and sizes); return its section of RESULTS.md."""
+    with contextlib.redirect_stdout(open(os.devnull, "w")), _chdir(M03_LESSON.parent):
+        lesson = runpy.run_path(str(M03_LESSON), run_name="__main__")
+    timings, base = lesson["timings"], lesson["timings"]["fp32 eager"]
+    lines = [
+        M03_HEADING,
+        "",
+        f"`conv_net`, batch {lesson['BATCH']} of {lesson['input_shape']('conv_net')} images, "
+        f"CPU {lesson['cpu']}; medians of 5 runs after a warm-up (the lesson's own numbers).",
+        "",
+        "| way | ms per batch | speed vs fp32 eager |",
+        "| --- | --- | --- |",
+    ]
+    lines += [f"| {name} | {ms:.1f} | {base / ms:.2f}x |" for name, ms in timings.items()]
+    fp32, int8 = lesson["fp32_bytes"], lesson["int8_bytes"]
+    lines += [
+        "",
+        f"`torch.export.save` size: fp32 {fp32 / 1e3:.0f} kB, int8 {int8 / 1e3:.0f} kB "
+        f"({int8 / fp32:.2f}x).",
+    ]
+    return lines
+
+
+def write_m03_section(lines: list[str]) -> None:
+    """Replace (or add) the M03-3 section at the end of RESULTS.md, leaving the rest as is."""
+    text = RESULTS.read_text(encoding="utf-8") if RESULTS.exists() else "# Benchmark results\n"
+    text = text.split(f"\n{M03_HEADING}\n")[0].rstrip("\n")
+    RESULTS.write_text(text + "\n\n" + "\n".join(lines) + "\n", encoding="utf-8")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3, help="runs per cheap measurement")
     parser.add_argument("--floor-only", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--m03-only", action="store_true", help="only the M03-3 speed table")
     args = parser.parse_args()
     if args.floor_only:
         run_floor()
+        return
+    if args.m03_only:
+        lines = measure_m03()
+        print("\n".join(lines))
+        write_m03_section(lines)
         return
 
     nox = [shutil.which("nox") or "nox", "-s", "docs"]
@@ -218,6 +260,10 @@ def main() -> None:
     report = "\n".join(lines) + "\n"
     print(report)
     RESULTS.write_text(report, encoding="utf-8")
+    print("M03-3 speed and size ...", flush=True)
+    m03 = measure_m03()
+    print("\n".join(m03))
+    write_m03_section(m03)
 
 
 if __name__ == "__main__":

@@ -68,6 +68,7 @@ __all__ = [
     "fold_weight_quantize",
     "insert_observers",
     "is_observer_node",
+    "lower",
     "observe_node",
     "prepare",
     "replace_observer",
@@ -979,3 +980,6 @@ def convert(model: GraphModule, fold_quantize: bool = True) -> GraphModule:
     model.meta["_user_preserved_attributes"] = {}  # torch.fx's key, as torchao's convert sets
     model.meta.update(original_meta)  # like torchao, this brings back prepare's bookkeeping too
     return _disallow_eval_train(model)
+
+
+from common.lowering import lower  # noqa: E402  (M03-2 lives in its own module)

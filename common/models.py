@@ -1,12 +1,23 @@
-"""A tiny deterministic model zoo: every model takes the same image batch."""
+"""A tiny deterministic model zoo: small models on 3x16x16 images, one larger for timing."""
+
+import itertools
 
 import torch
 from torch import nn
 
-__all__ = ["IMAGE_SHAPE", "MODEL_NAMES", "example_inputs", "get_model"]
+__all__ = [
+    "IMAGE_SHAPE",
+    "LARGE_MODEL_NAMES",
+    "MODEL_NAMES",
+    "example_inputs",
+    "get_model",
+    "input_shape",
+]
 
-#: (channels, height, width) of the images every zoo model accepts.
+#: (channels, height, width) of the images every model of ``MODEL_NAMES`` accepts.
 IMAGE_SHAPE = (3, 16, 16)
+# The larger model's images: big enough for int8 kernels to beat float ones (M03-3).
+LARGE_IMAGE_SHAPE = (3, 28, 28)
 _SEED = 0
 
 
@@ -63,14 +74,39 @@ class SmallCNN(nn.Module):
         return self.fc(torch.flatten(x, 1))
 
 
+class ConvNet(nn.Module):
+    """Four 3x3 conv -> relu layers (3 -> 64 -> 128 -> 128 -> 128 channels) at 28x28, average
+    pool to 7x7, then a two-layer classifier: enough arithmetic per layer for int8 kernels to
+    pay off, and weights (1.2 M) that dwarf a saved program's fixed overhead (M03-3)."""
+
+    def __init__(self):
+        super().__init__()
+        widths = (3, 64, 128, 128, 128)
+        layers = []
+        for c_in, c_out in itertools.pairwise(widths):
+            layers += [nn.Conv2d(c_in, c_out, kernel_size=3, padding=1), nn.ReLU()]
+        self.features = nn.Sequential(*layers)
+        self.pool = nn.AdaptiveAvgPool2d(7)
+        self.classifier = nn.Sequential(
+            nn.Linear(widths[-1] * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10)
+        )
+
+    def forward(self, x):
+        return self.classifier(torch.flatten(self.pool(self.features(x)), 1))
+
+
 _ZOO = {
     "conv_relu": ConvReLU,
     "conv_bn_relu": ConvBNReLU,
     "linear_relu": LinearReLU,
     "small_cnn": SmallCNN,
 }
-#: The names :func:`get_model` accepts.
+#: The small models :func:`get_model` accepts, which every whole-zoo test and lesson loops over;
+#: they take ``IMAGE_SHAPE`` images.
 MODEL_NAMES = tuple(_ZOO)
+# Models too slow for those loops, each with its own image shape (see input_shape).
+_LARGE = {"conv_net": (ConvNet, LARGE_IMAGE_SHAPE)}
+LARGE_MODEL_NAMES = tuple(_LARGE)
 
 
 def _randomize_batch_norm(model: nn.Module, generator: torch.Generator) -> None:
@@ -102,30 +138,49 @@ def get_model(name: str) -> nn.Module:
 
     >>> get_model("conv_relu").conv.weight.shape
     torch.Size([8, 3, 3, 3])
-    >>> get_model("resnet")
+    >>> get_model("resnet")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    ValueError: unknown model 'resnet' (one of: conv_relu, conv_bn_relu, linear_relu, small_cnn)
+    ValueError: unknown model 'resnet' (one of: conv_relu, conv_bn_relu, linear_relu, ...)
     """
-    if name not in _ZOO:
-        raise ValueError(f"unknown model {name!r} (one of: {', '.join(MODEL_NAMES)})")
+    _check_name(name)
     cpu_rng = torch.random.get_rng_state()
     try:
         torch.manual_seed(_SEED)  # nn layers draw their init from the global RNG
-        model = _ZOO[name]()
+        model = _ZOO[name]() if name in _ZOO else _LARGE[name][0]()
     finally:
         torch.random.set_rng_state(cpu_rng)
     _randomize_batch_norm(model, torch.Generator().manual_seed(_SEED + 1))
     return model.eval()
 
 
-def example_inputs(batch: int = 1, *, seed: int = 0) -> tuple[torch.Tensor]:
-    """Return ``(images,)``: a deterministic batch every zoo model accepts.
+def _check_name(name: str) -> None:
+    if name not in _ZOO and name not in _LARGE:
+        names = ", ".join((*MODEL_NAMES, *LARGE_MODEL_NAMES))
+        raise ValueError(f"unknown model {name!r} (one of: {names})")
+
+
+def input_shape(name: str) -> tuple[int, int, int]:
+    """The (channels, height, width) of the images model ``name`` takes.
+
+    >>> input_shape("small_cnn"), input_shape("conv_net")
+    ((3, 16, 16), (3, 28, 28))
+    """
+    _check_name(name)
+    return _LARGE[name][1] if name in _LARGE else IMAGE_SHAPE
+
+
+def example_inputs(
+    batch: int = 1, *, seed: int = 0, shape: tuple[int, int, int] = IMAGE_SHAPE
+) -> tuple[torch.Tensor]:
+    """Return ``(images,)``: a deterministic batch of images.
 
     Args:
         batch: number of images, a positive integer.
         seed: picks the batch; different seeds give different images
             (calibration uses several).
+        shape: (channels, height, width); the default suits every model of ``MODEL_NAMES``,
+            ``input_shape(name)`` gives any model's.
 
     Returns:
         tuple[torch.Tensor]: one float32 tensor of shape ``(batch, *IMAGE_SHAPE)``.
@@ -135,6 +190,8 @@ def example_inputs(batch: int = 1, *, seed: int = 0) -> tuple[torch.Tensor]:
 
     >>> example_inputs(4)[0].shape
     torch.Size([4, 3, 16, 16])
+    >>> example_inputs(2, shape=input_shape("conv_net"))[0].shape
+    torch.Size([2, 3, 28, 28])
     >>> example_inputs(0)
     Traceback (most recent call last):
     ...
@@ -143,4 +200,4 @@ def example_inputs(batch: int = 1, *, seed: int = 0) -> tuple[torch.Tensor]:
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise ValueError(f"batch must be a positive integer, got {batch!r}")
     generator = torch.Generator().manual_seed(1000 + seed)
-    return (torch.randn(batch, *IMAGE_SHAPE, generator=generator),)
+    return (torch.randn(batch, *shape, generator=generator),)

@@ -133,6 +133,8 @@ def _quiet_kernels() -> None:
 def make_config(lang: str) -> dict:
     """Return the Sphinx settings for one language ("zh_TW" or "en")."""
     _quiet_kernels()
+    # torch.compile's compiled kernels (M03-3) are cached here: rebuilds do not recompile.
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(ROOT / "build" / "inductor_cache"))
     if lang == "zh_TW":
         import jieba  # segments Chinese words for the search index
 

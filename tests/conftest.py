@@ -16,6 +16,9 @@ from languages import LANGUAGES, build_site  # noqa: E402
 
 BUILT = ROOT / "build" / "html"
 
+# torch.compile's kernels (M03-3) are cached under build/, shared with the docs builds.
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(ROOT / "build" / "inductor_cache"))
+
 needs_dot = pytest.mark.skipif(
     shutil.which("dot") is None, reason="Graphviz 'dot' is not installed (apt-get install graphviz)"
 )

@@ -1,0 +1,398 @@
+"""Lowering written by hand: the q/dq graph becomes oneDNN int8 ops, as torchao lowers it.
+
+``lower(model, example_inputs)`` has the contract of torchao's
+``lower_pt2e_quantized_to_x86`` and gives the same graph: the same multiset of ops, the same
+constants, ``torch.equal`` outputs (the tests check this model by model). torchao gets there
+with inductor's pattern matcher (``freezing_passes``); here every rewrite is one of the graph
+edits of M00-4. A graph with a pattern torchao would rewrite and this module does not raises
+``NotImplementedError`` naming the node, so a difference is never silent.
+
+The steps, in the order :func:`lower` runs them:
+
+* :func:`reexport` -- torchao's first step, kept as is: a strict re-export with the
+  decompositions of composite ops (``linear`` becomes ``permute`` + ``addmm``).
+* :func:`prepack_conv`, :func:`prepack_linear` -- ``dequantize -> conv/linear`` with a
+  dequantized int8 weight becomes one ``onednn.qconv_pointwise`` / ``qlinear_pointwise`` that
+  reads the uint8 activation and a prepacked weight.
+* :func:`fuse_post_ops` -- a following ``relu``, ``add`` and ``quantize`` go into that op.
+* :func:`fold_prepacked_weights` -- the prepack calls run once; their results are constants.
+* :func:`reshape_views` -- not part of torchao's lowering: the fix that lets a lowered graph
+  with ``flatten`` after an int8 conv run (M03-1).
+"""
+
+from functools import reduce
+
+import torch
+from torch.ao.quantization.fx._decomposed import quantized_decomposed_lib  # noqa: F401
+from torch.fx import GraphModule, Node
+
+__all__ = [
+    "fold_prepacked_weights",
+    "fuse_post_ops",
+    "lower",
+    "prepack_conv",
+    "prepack_linear",
+    "reexport",
+    "reshape_views",
+]
+
+aten = torch.ops.aten
+qd = torch.ops.quantized_decomposed
+onednn = torch.ops.onednn
+
+DQ = qd.dequantize_per_tensor.default
+DQ_CHANNEL = qd.dequantize_per_channel.default
+Q = qd.quantize_per_tensor.default
+QCONV = onednn.qconv_pointwise.default
+QCONV_ADD = onednn.qconv2d_pointwise.binary
+QLINEAR = onednn.qlinear_pointwise.default
+PREPACK = (onednn.qconv_prepack.default, onednn.qlinear_prepack.default)
+# A fresh int8 op: float32 output (scale 1, zero point 0), no post-op yet.
+_FLOAT_OUTPUT = (1.0, 0, torch.float32, "none", [], "")
+# Ops this module refuses: torchao rewrites them in ways not reproduced here.
+_REFUSED = {
+    qd.dequantize_per_tensor.tensor: "dequantize with tensor qparams (dynamic quantization)",
+    qd.quantize_per_tensor.tensor: "quantize with tensor qparams (dynamic quantization)",
+    qd.dequantize_per_tensor.tensor2: "dequantize with tensor qparams (dynamic quantization)",
+    torch.ops.prims.convert_element_type.default: "dtype conversions (int8-mixed-bf16)",
+    aten.bmm.default: "a linear over a non-contiguous 3-D input (bmm)",
+}
+
+
+def _unsupported(node: Node, what: str) -> NotImplementedError:
+    return NotImplementedError(
+        f"common.lowering does not handle {what} (node {node.name!r}: {node.format_node()}); "
+        "use torchao's lower_pt2e_quantized_to_x86 for this model"
+    )
+
+
+def _fetch(model: GraphModule, node):
+    return reduce(getattr, node.target.split("."), model) if isinstance(node, Node) else node
+
+
+def _is(node, target) -> bool:
+    return isinstance(node, Node) and node.op == "call_function" and node.target == target
+
+
+# --- 0. The starting graph ------------------------------------------------------------------------
+
+
+def reexport(model: GraphModule, example_inputs: tuple) -> GraphModule:
+    """torchao's first step: strict re-export, composite ops decomposed, ``aten.t`` -> ``permute``.
+
+    After it, ``conv2d`` is ``aten.convolution``, a 2-D ``linear`` is ``permute`` + ``addmm``
+    (``mm`` without bias), ``flatten`` is ``aten.view``: the shapes the patterns below look for.
+    """
+    table = torch.export.default_decompositions()
+    for op in list(table):
+        if not torch._export.utils._is_cia_op(op):  # only composite ops, as torchao does
+            del table[op]
+    gm = torch.export.export(model, example_inputs, strict=True).run_decompositions(table).module()
+    for node in list(gm.graph.find_nodes(op="call_function", target=aten.t.default)):
+        with gm.graph.inserting_before(node):
+            permute = gm.graph.call_function(aten.permute.default, (node.args[0], [1, 0]))
+        node.replace_all_uses_with(permute)
+        gm.graph.erase_node(node)
+    gm.graph.lint()
+    gm.recompile()
+    return gm
+
+
+# --- 1. Weight prepack ------------------------------------------------------------------------
+
+
+def _activation(op: Node, arg: Node):
+    """The ``dequantize`` an op reads its activation through, or ``None``."""
+    if not _is(arg, DQ):
+        return None
+    if len(arg.users) != 1:
+        raise _unsupported(arg, "a dequantize shared by several ops (dequant promotion)")
+    return arg
+
+
+def prepack_conv(model: GraphModule, conv: Node) -> Node | None:
+    """``dequantize(x) -> convolution(dequantize_per_channel(w))`` becomes ``qconv_pointwise``.
+
+    The new op reads the uint8 ``x`` before its dequantize and a ``qconv_prepack`` of the int8
+    weight, and returns float32 for now (``fuse_post_ops`` may change that). Returns the new
+    node, or ``None`` if ``conv`` is not a quantized convolution.
+    """
+    x, weight, bias, stride, padding, dilation, transposed, _, groups = conv.args
+    dq = _activation(conv, x)
+    if dq is None or not _is(weight, DQ_CHANNEL):
+        packable = conv.meta["val"].dim() in (4, 5)  # inductor packs float 2-D/3-D convs
+        if isinstance(weight, Node) and weight.op == "get_attr" and packable:
+            raise _unsupported(conv, "a float 2-D/3-D convolution (torchao packs it for mkldnn)")
+        return None
+    if transposed or conv.meta["val"].dim() not in (3, 4):
+        raise _unsupported(conv, "a quantized transposed or 3-D convolution")
+    qx, x_scale, x_zp = dq.args[:3]
+    qw, w_scale, w_zp = weight.args[:3]
+    graph = model.graph
+    with graph.inserting_before(conv):
+        packed = graph.call_function(
+            onednn.qconv_prepack.default,
+            (qw, w_scale, x_scale, x_zp, stride, padding, dilation, groups, qx.meta["val"].shape),
+        )
+        geometry = (stride, padding, dilation, groups)
+        new = graph.call_function(
+            QCONV, (qx, x_scale, x_zp, packed, w_scale, w_zp, bias, *geometry, *_FLOAT_OUTPUT)
+        )
+    conv.replace_all_uses_with(new)
+    new.meta.update(conv.meta)
+    for node in (conv, dq, weight):
+        graph.erase_node(node)
+    return new
+
+
+def prepack_linear(model: GraphModule, mm: Node) -> Node | None:
+    """``dequantize(x) -> addmm/mm(permute(dequantize_per_channel(w)))`` -> ``qlinear_pointwise``.
+
+    Only a 2-D activation matches: for a 3-D one the re-export writes ``view -> addmm ->
+    view`` and torchao's pattern expects ``reshape``, so both leave it in float (q/dq kept).
+    """
+    bias, x, t = mm.args if mm.target == aten.addmm.default else (None, *mm.args)
+    dq = _activation(mm, x)
+    if not _is(t, aten.permute.default) or not _is(t.args[0], DQ_CHANNEL):
+        if _is(t, aten.permute.default) and t.args[0].op == "get_attr":
+            raise _unsupported(mm, "a float linear (torchao folds and packs its weight)")
+        return None
+    if dq is None:
+        return None
+    weight = t.args[0]
+    qx, x_scale, x_zp = dq.args[:3]
+    qw, w_scale, w_zp = weight.args[:3]
+    graph = model.graph
+    with graph.inserting_before(mm):
+        packed = graph.call_function(onednn.qlinear_prepack.default, (qw, qx.meta["val"].shape))
+        new = graph.call_function(
+            QLINEAR,
+            (qx, x_scale, x_zp, packed, w_scale, w_zp, bias, *_FLOAT_OUTPUT),
+        )
+    mm.replace_all_uses_with(new)
+    new.meta.update(mm.meta)
+    for node in (mm, dq, t, weight):
+        graph.erase_node(node)
+    return new
+
+
+# --- 2. Post-op fusion ------------------------------------------------------------------------
+
+
+def _only_user(node: Node):
+    return next(iter(node.users)) if len(node.users) == 1 else None
+
+
+def _upstream(node: Node) -> set:
+    """``node`` and every node it depends on."""
+    seen, todo = {node}, [node]
+    while todo:
+        for parent in todo.pop().all_input_nodes:
+            if parent not in seen:
+                seen.add(parent)
+                todo.append(parent)
+    return seen
+
+
+def _chain(op: Node) -> tuple:
+    """Walk ``op [-> add(op, dequantize)] [-> relu] [-> quantize]``.
+
+    Returns ``(add, dq, relu, q)``, ``None`` for what is not there. Every node but the last
+    must have a single user, as in inductor's patterns.
+    """
+    add = dq = relu = q = None
+    node, user = op, _only_user(op)
+    if _is(user, aten.add.Tensor) and len(user.args) == 2 and not user.kwargs:
+        other = user.args[1] if user.args[0] is op else user.args[0]
+        if other is not op and _is(other, DQ):
+            same_shape = other.meta["val"].shape == op.meta["val"].shape
+            if same_shape:
+                add, dq, node = user, other, user
+                user = _only_user(node)
+    if _is(user, aten.relu.default):
+        relu, node = user, user
+        user = _only_user(node)
+    if _is(user, Q):
+        q = user
+    return add, dq, relu, q
+
+
+def _accumulator_free(op: Node, tensor: Node) -> bool:
+    """oneDNN adds into ``tensor``'s buffer: no later op may read it, and ``op`` must not."""
+    later = [u for u in tensor.users if u not in _upstream(op)]
+    return len(later) <= 1 and tensor is not op.args[0]
+
+
+def _replace(model: GraphModule, nodes: list, target, args: tuple) -> Node:
+    """Put ``target(*args)`` in place of the chain ``nodes`` (first to last); erase them."""
+    end = nodes[-1]
+    with model.graph.inserting_before(end):
+        new = model.graph.call_function(target, args)
+    end.replace_all_uses_with(new)
+    new.meta.update(end.meta)
+    for node in reversed(nodes):
+        model.graph.erase_node(node)
+    return new
+
+
+def _fuse_conv(model: GraphModule, conv: Node, int8_output: bool) -> None:
+    add, dq, relu, q = _chain(conv)
+    if int8_output:
+        if q is None:
+            return
+        if add is not None:  # the accumulator is read as uint8: its dequantize goes too
+            if len(dq.users) != 1 or not _accumulator_free(conv, dq.args[0]):
+                return
+            accum, accum_scale, accum_zp = dq.args[:3]
+        out = (q.args[1], q.args[2], q.args[5])
+        nodes = [conv, *(n for n in (dq, add, relu) if n is not None), q]
+    else:
+        if relu is None and add is None:
+            return
+        if add is not None:
+            if not _accumulator_free(conv, dq):
+                return
+            accum, accum_scale, accum_zp = dq, 1.0, 0
+        out = (1.0, 0, torch.float32)
+        nodes = [conv, *(n for n in (add, relu) if n is not None)]
+    head = conv.args[:6]  # x, x_scale, x_zp, packed weight, w_scale, w_zp
+    bias, geometry = conv.args[6], conv.args[7:11]  # stride, padding, dilation, groups
+    unary = ("relu" if relu is not None else "none", [], "")
+    if add is None:
+        _replace(model, nodes, QCONV, (*head, bias, *geometry, *out, *unary))
+    else:
+        args = (*head, accum, bias, *geometry, *out, accum_scale, accum_zp, "sum", 1.0, *unary)
+        _replace(model, nodes, QCONV_ADD, args)
+
+
+def _fuse_linear(model: GraphModule, linear: Node, int8_output: bool) -> None:
+    user = _only_user(linear)
+    if _is(user, aten.add.Tensor):
+        raise _unsupported(user, "linear + add fusion (qlinear binary)")
+    _, _, relu, q = _chain(linear)
+    if (int8_output and q is None) or (not int8_output and relu is None):
+        return
+    out = (q.args[1], q.args[2], q.args[5]) if int8_output else (1.0, 0, torch.float32)
+    nodes = [linear, relu] if not int8_output else [linear, *([relu] if relu else []), q]
+    unary = ("relu" if relu is not None else "none", [], "")
+    _replace(model, nodes, QLINEAR, (*linear.args[:7], *out, *unary))
+
+
+def fuse_post_ops(model: GraphModule) -> None:
+    """Fold what follows each int8 conv/linear into it, in inductor's order of priority.
+
+    First with int8 output: ``op [-> add(dequantize)] [-> relu] -> quantize`` becomes one op
+    that requantizes its result. Then with float output: ``op [-> add(dequantize)] -> relu``
+    and ``conv -> add(dequantize)``. Ops are visited from the end of the graph back, as
+    inductor's pattern matcher walks it.
+    """
+    for int8_output in (True, False):
+        for node in reversed(list(model.graph.nodes)):
+            if node._erased or node.op != "call_function":
+                continue
+            if node.target == QCONV and node.args[14] == "none":
+                _fuse_conv(model, node, int8_output)
+            elif node.target == QLINEAR and node.args[10] == "none":
+                _fuse_linear(model, node, int8_output)
+
+
+# --- 3. Constants ---------------------------------------------------------------------------
+
+
+def fold_prepacked_weights(model: GraphModule) -> None:
+    """Run every ``qconv_prepack`` / ``qlinear_prepack`` now; keep the result as a constant.
+
+    Like inductor's constant folding: the packed weight becomes a buffer ``_frozen_paramN``
+    (the first free N) read by a ``get_attr`` that keeps the prepack node's name; constants
+    nobody reads any more (the int8 weights) are deleted.
+    """
+    graph = model.graph
+    count = 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target not in PREPACK:
+            continue
+        args = [_fetch(model, a) for a in node.args]
+        packed = node.target(*args)
+        while hasattr(model, f"_frozen_param{count}"):
+            count += 1
+        name = f"_frozen_param{count}"
+        model.register_buffer(name, packed)
+        with graph.inserting_before(node):
+            constant = graph.create_node("get_attr", name)
+        node.replace_all_uses_with(constant)
+        constant.meta.update(node.meta)
+        graph.erase_node(node)
+        constant.name = node.name
+    for node in list(graph.find_nodes(op="get_attr")):
+        if not node.users:
+            if hasattr(model, node.target):  # top-level attributes only, as inductor does
+                delattr(model, node.target)
+            graph.erase_node(node)
+    graph.eliminate_dead_code()
+    graph.lint()
+    model.recompile()
+
+
+def _check_graph(model: GraphModule) -> None:
+    """Refuse what inductor's freezing passes would also change and this module does not."""
+    constants = {n for n in model.graph.nodes if n.op == "get_attr"}
+    for node in model.graph.nodes:
+        if node.op != "call_function":
+            continue
+        if node.target in _REFUSED:
+            raise _unsupported(node, _REFUSED[node.target])
+        if node.target in (DQ, DQ_CHANNEL, qd.quantize_per_channel.default):
+            continue  # inductor never folds these: the patterns need them
+        if node.all_input_nodes and set(node.all_input_nodes) <= constants:
+            raise _unsupported(node, "an op on constants only (inductor would fold it)")
+        if node.target in (aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor, aten.div.Tensor):
+            if any(a in constants for a in node.all_input_nodes):
+                raise _unsupported(node, "arithmetic with a constant (inductor's binary folding)")
+
+
+def lower(model: GraphModule, example_inputs: tuple) -> GraphModule:
+    """Hand-written ``lower_pt2e_quantized_to_x86``: the q/dq graph on oneDNN's int8 ops.
+
+    Args:
+        model: a model from ``convert_pt2e`` (or ``common.handmade.convert``), quantized with
+            ``X86InductorQuantizer``.
+        example_inputs: a tuple of inputs of the shape the model will run on.
+
+    Returns:
+        A new ``GraphModule`` with ``onednn.qconv_pointwise`` / ``qconv2d_pointwise.binary`` /
+        ``qlinear_pointwise`` ops on prepacked int8 weights; the q/dq nodes no pattern absorbed
+        stay.
+
+    Raises:
+        NotImplementedError: for a pattern torchao rewrites and this function does not (float
+            conv/linear packing, linear + add, dynamic quantization, bf16, ...); the message
+            names the node.
+    """
+    gm = reexport(model, example_inputs)
+    _check_graph(gm)
+    for node in reversed(list(gm.graph.nodes)):  # inductor's matcher walks from the end
+        if node._erased or node.op != "call_function":
+            continue
+        if node.target == aten.convolution.default:
+            prepack_conv(gm, node)
+        elif node.target in (aten.addmm.default, aten.mm.default):
+            prepack_linear(gm, node)
+    fuse_post_ops(gm)
+    fold_prepacked_weights(gm)
+    return gm
+
+
+def reshape_views(model: GraphModule) -> list[str]:
+    """Make every ``aten.view`` an ``aten.reshape``; return the names of the nodes changed.
+
+    Not part of torchao's lowering. The re-export turned ``flatten`` into ``view``, which was
+    valid for the contiguous tensors it was traced with. An int8 conv returns channels-last
+    tensors, and a ``view`` of a channels-last tensor across channels fails; ``reshape`` gives
+    the same values (copying only when it must).
+    """
+    changed = []
+    for node in model.graph.find_nodes(op="call_function", target=aten.view.default):
+        node.target = aten.reshape.default
+        changed.append(node.name)
+    model.recompile()
+    return changed

@@ -1,0 +1,302 @@
+"""
+M03-1 The lowered graph
+=======================
+
+After ``convert_pt2e`` the graph only *simulates* int8: every conv and linear still runs in
+float, between a dequantize and a quantize. **Lowering** replaces each such group by one real
+int8 operator of oneDNN, the CPU library behind PyTorch's x86 kernels. This lesson runs
+torchao's ``lower_pt2e_quantized_to_x86`` on ``small_cnn``, reads the lowered graph node by
+node, runs into a failure that torchao 0.18 leaves in it, fixes it, and measures how far the
+real int8 result is from the simulated one — and why.
+
+**What you will learn**
+
+- Which dequantize → conv/linear → quantize groups become which ``torch.ops.onednn`` op
+- Where the prepacked int8 weights live, and which quantize/dequantize nodes remain
+- Why the int8 result differs from the simulated one on a CPU without VNNI
+
+**Prerequisites**:
+:ref:`M02-3 · convert by hand <sphx_glr_lessons_m02_by_hand_m02_3_convert_by_hand.py>`.
+"""
+
+# SPDX-License-Identifier: BSD-3-Clause
+# sphinx_gallery_thumbnail_number = 2
+
+# %%
+# Setup
+# -----
+# ``small_cnn`` quantized with ``X86InductorQuantizer``, the quantizer the x86 lowering is
+# written for (uint8 activations, int8 per-channel weights).
+
+from collections import Counter
+
+import torch
+
+from common.expect import expect_error
+from common.models import example_inputs, get_model
+from common.pt2e import calibrate, export_module, quiet, x86_quantizer
+from common.viz import draw
+
+quiet()
+
+from torchao.quantization.pt2e.lowering import lower_pt2e_quantized_to_x86
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
+    X86InductorQuantizer,
+    get_default_x86_inductor_quantization_config,
+)
+
+from common.lowering import reshape_views
+
+x = example_inputs(8)
+
+
+def quantize(quantizer):
+    prepared = prepare_pt2e(export_module(get_model("small_cnn"), x), quantizer)
+    calibrate(prepared)
+    return convert_pt2e(prepared)
+
+
+simulated = quantize(x86_quantizer())
+qdq = [n.name for n in simulated.graph.nodes if "quantize_per_tensor" in str(n.target)]
+draw(simulated, highlight=qdq, title="Before: the q/dq graph (int8 simulated in float)")
+
+# %%
+# Two helpers: ``ops`` counts a graph's operators by short name, and ``Recorder`` runs a
+# graph node by node (``torch.fx.Interpreter``) and keeps every node's output, so we can look
+# inside a graph that fails.
+
+
+def ops(gm) -> Counter:
+    """Operator name -> how many call_function nodes call it."""
+    return Counter(
+        str(n.target).split("::")[-1].removeprefix("quantized_decomposed.")
+        for n in gm.graph.nodes
+        if n.op == "call_function"
+    )
+
+
+class Recorder(torch.fx.Interpreter):
+    """Runs a graph and keeps each node's output in ``self.values`` (even if a later node fails)."""
+
+    def __init__(self, gm):
+        super().__init__(gm)
+        self.values = {}
+
+    def run_node(self, node):
+        self.values[node.name] = super().run_node(node)
+        return self.values[node.name]
+
+
+# %%
+# Step 1 — Lower with torchao
+# ---------------------------
+# ``lower_pt2e_quantized_to_x86(model, example_inputs)`` returns a new graph. The conv and the
+# linear are gone; in their place stand ``onednn.qconv_pointwise`` and
+# ``onednn.qlinear_pointwise``.
+
+lowered = lower_pt2e_quantized_to_x86(simulated, x)
+onednn_ops = [n.name for n in lowered.graph.nodes if "onednn" in str(n.target)]
+draw(lowered, highlight=onednn_ops, title="After: lowered to oneDNN int8 ops")
+before, after = ops(simulated), ops(lowered)
+print("before:", dict(before))
+print("after: ", dict(after))
+assert (
+    after["onednn.qconv_pointwise.default"] == 1 and after["onednn.qlinear_pointwise.default"] == 1
+)
+assert not after["aten.conv2d.default"] and not after["aten.linear.default"], "no float conv/linear"
+
+# %%
+# Step 2 — Which group became which op
+# ------------------------------------
+# In the q/dq graph the conv group was ``dequantize → conv2d → relu → quantize``. All four
+# nodes became one ``qconv_pointwise``: it reads the uint8 tensor (not its dequantize),
+# applies ``relu`` as a fused *post-op*, and requantizes its result to uint8 with the scale of
+# the quantize it replaced. The linear group had no quantize after it, so ``qlinear_pointwise``
+# returns float32.
+
+conv, linear = (n for n in lowered.graph.nodes if n.name in onednn_ops)
+old_q = next(n for n in simulated.graph.nodes if n.name == "quantize_per_tensor_default_1")
+print(f"conv:   input {conv.args[0].name}, output {conv.args[13]} × {conv.args[11]:.6f}", end="")
+print(f", post-op {conv.args[14]!r}")
+print(f"linear: input {linear.args[0].name}, output {linear.args[9]}, post-op {linear.args[10]!r}")
+print(f"the replaced quantize after relu: scale {old_q.args[1]:.6f}")
+assert conv.args[0].target == torch.ops.quantized_decomposed.quantize_per_tensor.default
+assert (conv.args[13], conv.args[14], conv.args[11]) == (torch.uint8, "relu", old_q.args[1])
+assert (linear.args[9], linear.args[10]) == (torch.float32, "none")
+
+# %%
+# Step 3 — Where the int8 weights live
+# ------------------------------------
+# The weight argument (``args[3]``) is a ``get_attr`` of a constant made once at lowering time
+# by ``onednn.qconv_prepack`` / ``qlinear_prepack``: the same int8 numbers as the q/dq graph's
+# ``_frozen_param`` weights, **prepacked** — reordered into oneDNN's blocked memory layout
+# (``torch._mkldnn``), the linear's stored transposed. ``to_dense()`` reads them back.
+
+for node in (conv, linear):
+    packed = getattr(lowered, node.args[3].target)
+    print(f"{node.args[3].target}: {packed.layout}, {packed.dtype}, shape {tuple(packed.shape)}")
+conv_w, linear_w = (getattr(lowered, n.args[3].target).to_dense() for n in (conv, linear))
+assert getattr(lowered, conv.args[3].target).layout == torch._mkldnn
+assert torch.equal(conv_w, simulated._frozen_param0), "the conv's int8 weight, unchanged"
+assert torch.equal(linear_w, simulated._frozen_param1.t()), "the linear's, transposed"
+
+# %%
+# Step 4 — The quantize/dequantize nodes that remain
+# --------------------------------------------------
+# Every dequantize that fed a conv or linear was absorbed. What remains sits around ops with no
+# int8 operator in this lowering: the input's quantize (the model still takes float images),
+# and the pairs around ``max_pool2d`` and the ``view`` that ``flatten`` became.
+
+remaining = [n for n in lowered.graph.nodes if "quantize_per_tensor" in str(n.target)]
+for node in remaining:
+    print(f"{node.name:26} reads {node.args[0].name:26} read by {[u.name for u in node.users]}")
+assert after["quantize_per_tensor.default"] == 3 and after["dequantize_per_tensor.default"] == 2
+dq_users = {u.target for n in remaining if "dequantize" in n.name for u in n.users}
+assert dq_users == {torch.ops.aten.max_pool2d_with_indices.default, torch.ops.aten.view.default}
+
+# %%
+# Step 5 — Run it: a failure, and why
+# -----------------------------------
+# The lowered graph fails on ``aten.view``. The ``Recorder`` shows why: oneDNN's conv returns
+# its output **channels-last** (NHWC in memory), max pool keeps that layout, and a ``view``
+# cannot regroup C×H×W of an NHWC tensor without copying. The q/dq graph's float conv returned
+# a contiguous (NCHW) tensor, which is what the re-export traced ``flatten`` with — so it wrote
+# ``view``. Compiled with inductor, the graph would be fine (inductor chooses the layouts);
+# run eagerly, it is not.
+
+recorder = Recorder(lowered)
+with expect_error(RuntimeError, match="view size is not compatible"):
+    recorder.run(*x)
+conv_out = recorder.values[conv.name]
+recorded = Recorder(simulated)
+recorded.run(*x)
+print(f"conv output {tuple(conv_out.shape)}, strides:")
+print(f"  lowered (NHWC in memory) {conv_out.stride()}")
+print(f"  q/dq    (NCHW in memory) {recorded.values['conv2d'].stride()}")
+assert conv_out.is_contiguous(memory_format=torch.channels_last) and not conv_out.is_contiguous()
+assert recorded.values["conv2d"].is_contiguous(), "the float conv's output is NCHW"
+
+# %%
+# The fix: make each ``view`` a ``reshape``, which returns the same values and copies only
+# when a view is impossible (``common.lowering.reshape_views``, five lines). Now it runs.
+
+print("changed:", reshape_views(lowered))
+y_int8, y_simulated = lowered(*x), simulated(*x)
+print("output", tuple(y_int8.shape), y_int8.dtype)
+assert y_int8.shape == y_simulated.shape
+
+# %%
+# Step 6 — Real int8 against simulated int8
+# -----------------------------------------
+# Compare the conv's uint8 output, in quantization steps, on unseen images. In theory the two
+# agree to ±1 step: oneDNN sums integer products exactly in int32, then requantizes (rescales
+# with the input and weight scales, adds the bias, applies relu, rounds); the simulation does
+# the same in float, where a rounding at a half-step can tip the other way.
+
+fresh = example_inputs(8, seed=123)
+
+
+def conv_steps(model, quantized_model):
+    """Largest difference, in steps, between the conv's uint8 outputs, and the share that differ."""
+    real, sim = Recorder(model), Recorder(quantized_model)
+    real.run(*fresh)
+    sim.run(*fresh)
+    a = real.values[conv.name].int()
+    b = sim.values["quantize_per_tensor_default_1"].int()
+    return (a - b).abs().max().item(), (a != b).float().mean().item()
+
+
+def sqnr_db(reference, other):
+    return (10 * torch.log10(reference.pow(2).mean() / (reference - other).pow(2).mean())).item()
+
+
+steps, share = conv_steps(lowered, simulated)
+print(f"CPU {torch.backends.cpu.get_cpu_capability()}: conv output differs by up to {steps} steps")
+sqnr = sqnr_db(simulated(*fresh), lowered(*fresh))
+print(f"on {share:.1%} of its values; output SQNR {sqnr:.1f} dB")
+
+# %%
+# On a CPU with VNNI (or AMX) you see at most 1 step. On one without (this course's build
+# machine: AVX2), oneDNN multiplies uint8 × int8 with an instruction that adds *pairs* of
+# products into a **16-bit** integer, which saturates when a pair exceeds 32767
+# (255 × 127 × 2 = 64770 can). The remedy is as old as the instruction: ``reduce_range=True``
+# quantizes activations to 0…127 (7 bits), so no pair can overflow. With it, the two agree
+# to ±1 step on any CPU, which we assert, and the outputs differ by rounding only.
+
+reduced = quantize(
+    X86InductorQuantizer().set_global(
+        get_default_x86_inductor_quantization_config(reduce_range=True)
+    )
+)
+reduced_lowered = lower_pt2e_quantized_to_x86(reduced, x)
+reshape_views(reduced_lowered)
+steps_7bit, share_7bit = conv_steps(reduced_lowered, reduced)
+sqnr_7bit = sqnr_db(reduced(*fresh), reduced_lowered(*fresh))
+print(f"reduce_range=True: up to {steps_7bit} step(s) on {share_7bit:.1%}; SQNR {sqnr_7bit:.1f} dB")
+assert steps_7bit <= 1, "exact int32 accumulation: only rounding at half-steps can differ"
+assert sqnr_7bit > 40, "the outputs differ by rounding only"
+
+# %%
+# Summary
+# -------
+# ===========================================  =================================================
+# q/dq graph (``convert_pt2e``)                lowered graph
+# ===========================================  =================================================
+# ``dequantize → conv2d → relu → quantize``    ``onednn.qconv_pointwise``, post-op relu, uint8
+# ``dequantize → linear``                      ``onednn.qlinear_pointwise``, float32 output
+# int8 weights ``_frozen_param0/1``            prepacked ``torch._mkldnn`` constants
+# quantize/dequantize by max pool and view     unchanged (no int8 op for them here)
+# ===========================================  =================================================
+#
+# torchao 0.18's lowered graph fails when run eagerly if a ``flatten`` follows an int8 conv:
+# ``reshape_views`` fixes it. The int8 result equals the simulation to ±1 step when no
+# 16-bit overflow occurs — always with VNNI, on AVX2 only with ``reduce_range=True``.
+#
+# Exercises
+# ---------
+# 1. Lower ``conv_bn_relu`` instead. Predict the op counts: how many onednn ops, how many
+#    quantize and dequantize nodes, and the output dtype of the conv?
+#
+#    .. dropdown:: Solution
+#
+#       .. code-block:: python
+#
+#          other_q = prepare_pt2e(export_module(get_model("conv_bn_relu"), x), x86_quantizer())
+#          calibrate(other_q)
+#          other = lower_pt2e_quantized_to_x86(convert_pt2e(other_q), x)
+#          print(ops(other))
+#          assert ops(other) == Counter(
+#              {"onednn.qconv_pointwise.default": 1, "quantize_per_tensor.default": 1}
+#          ), "bn folded, relu fused, nothing after it to quantize"
+#          (qconv,) = [n for n in other.graph.nodes if "onednn" in str(n.target)]
+#          assert qconv.args[13] == torch.float32
+#
+# 2. Does ``reshape_views`` change the numbers, or only make the graph run? Predict, then
+#    compare the fixed graph with one where you insert ``.contiguous()`` by hand instead.
+#
+#    .. dropdown:: Solution
+#
+#       .. code-block:: python
+#
+#          by_hand = lower_pt2e_quantized_to_x86(simulated, x)
+#          graph = by_hand.graph
+#          (view,) = graph.find_nodes(op="call_function", target=torch.ops.aten.view.default)
+#          with graph.inserting_before(view):
+#              contiguous = graph.call_function(
+#                  torch.ops.aten.contiguous.default, (view.args[0],)
+#              )
+#          view.replace_input_with(view.args[0], contiguous)
+#          by_hand.recompile()
+#          assert torch.equal(by_hand(*fresh), lowered(*fresh)), "same values: only the layout"
+#
+# Further reading
+# ---------------
+# - `PyTorch 2 Export Quantization with X86 Backend through Inductor
+#   <https://docs.pytorch.org/ao/stable/tutorials_source/pt2e_quant_x86_inductor.html>`_
+# - `torch.fx Interpreter <https://docs.pytorch.org/docs/stable/fx.html#the-interpreter-pattern>`_
+#
+# Next
+# ----
+# :ref:`M03-2 · lowering by hand <sphx_glr_lessons_m03_lowering_m03_2_lowering_by_hand.py>`
+# rebuilds this graph with the graph edits of M00-4, bit for bit.

@@ -243,8 +243,8 @@ def make_config(lang: str) -> dict:
             "gallery_dirs": "lessons",
             "filename_pattern": r"/m\d\d_\d+_",
             "ignore_pattern": r"__init__\.py",
-            "image_scrapers": ("common.gallery.scraper",),
-            "reset_modules": ("common.gallery.reset",),
+            "image_scrapers": ("common.gallery.scraper", "matplotlib"),
+            "reset_modules": ("matplotlib", "common.gallery.reset"),
             # A lesson that raises must fail the build, never become a page with a traceback.
             "abort_on_example_error": True,
             "only_warn_on_example_error": False,

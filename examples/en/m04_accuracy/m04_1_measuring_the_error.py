@@ -29,9 +29,9 @@ size).
 # Setup
 # -----
 # ``common.data`` holds the real data: scikit-learn's handwritten digits (1,797 images of
-# 8×8 pixels, shipped inside the package, no download), cut once into a train, a calibration
-# and a test split. ``train_digits_cnn`` trains a small CNN on the train split, on one thread
-# with fixed seeds, so every build gets the same weights bit for bit.
+# 8×8 pixels, shipped inside the package, no download), cut once into a train split, a
+# calibration set and a test set. ``train_digits_cnn`` trains a small CNN on the train split,
+# on one thread with fixed seeds, so every build gets the same weights bit for bit.
 
 import copy
 import time
@@ -83,7 +83,9 @@ def record(gm, x):
 
 def sqnr(signal, noisy):
     """20·log10(‖signal‖ / ‖signal − noisy‖), in dB."""
-    return 20 * torch.log10(torch.linalg.vector_norm(signal) / torch.linalg.vector_norm(signal - noisy))
+    return 20 * torch.log10(
+        torch.linalg.vector_norm(signal) / torch.linalg.vector_norm(signal - noisy)
+    )
 
 
 def fold_batch_norm(model):
@@ -213,16 +215,18 @@ trap = compare_results(
     extract_results_from_loggers(float_logged), extract_results_from_loggers(int8_logged)
 )
 trap = {info.name: summary.results[0].sqnr.item() for info, summary in trap.items()}
-print(f"conv2d: {trap['conv2d']:.2f} dB with BatchNorm in the float model, "
-      f"{by_hand['conv2d']:.2f} dB with it folded")
+print(
+    f"conv2d: {trap['conv2d']:.2f} dB with BatchNorm in the float model, "
+    f"{by_hand['conv2d']:.2f} dB with it folded"
+)
 assert trap["conv2d"] < 10 < by_hand["conv2d"], "an unfolded reference makes conv2d look broken"
 
 # %%
 # Step 5 — Chart the SQNR per node
 # --------------------------------
-# Each conv and linear adds the rounding of its weights and input, so SQNR falls along the
-# network; ReLU and max-pool only pass the error on. The lowest bar is the layer to look at
-# first when accuracy drops (M04-2 does exactly that).
+# SQNR is not a running total that only falls: it is lowest after the third conv
+# (``conv2d_2``) and higher again after the two linear layers. The lowest bar is the node to
+# look at first when accuracy drops; M04-2 shows why one number per tensor can still mislead.
 
 worst = min(by_hand, key=by_hand.get)
 fig, ax = plt.subplots(figsize=(8, 3.5))
@@ -233,6 +237,8 @@ ax.set_title("SQNR per node, int8 vs float, 500 test images")
 ax.tick_params(axis="x", rotation=45)
 fig.tight_layout()
 print(f"worst node: {worst} at {by_hand[worst]:.2f} dB")
+assert worst == "conv2d_2" and by_hand["linear"] > by_hand[worst], "lowest at the third conv"
+
 
 # %%
 # Summary

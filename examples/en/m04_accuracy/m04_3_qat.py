@@ -190,9 +190,10 @@ torch.testing.assert_close(steps, steps.round(), rtol=0, atol=1e-3)
 # %%
 # Step 3 — Train with fake quantization
 # -------------------------------------
-# An exported model does not know ``train()`` and ``eval()``: its BatchNorm is one
-# ``batch_norm`` op whose training flag is an argument. ``move_exported_model_to_train`` and
-# ``move_exported_model_to_eval`` rewrite that argument (and dropout's) in the graph.
+# An exported model does not know ``train()`` and ``eval()``: a BatchNorm or a dropout in its
+# graph is one op whose training flag is an argument, and the graph that
+# ``prepare_qat_pt2e`` returns refuses both calls. ``move_exported_model_to_train`` and
+# ``move_exported_model_to_eval`` rewrite those arguments in the graph instead.
 
 with expect_error(NotImplementedError, match="move_exported_model_to_train"):
     qat_model.train()
@@ -205,8 +206,8 @@ move_exported_model_to_eval(qat_model)
 print(f"fake-quantized model in eval mode: {accuracy(qat_model):.1%}")
 
 # %%
-# Step 4 — convert_pt2e: fold BatchNorm, fake quantize → q/dq
-# ----------------------------------------------------------
+# Step 4 — convert_pt2e: fake quantize → q/dq
+# --------------------------------------------
 # ``convert_pt2e`` turns every fake quantize into q/dq nodes, with the scale and zero point
 # it ended training with; the weights become int8 constants. The result has the shape of the
 # PTQ model of step 1: the same quantize nodes, no fake quantize left.

@@ -113,7 +113,7 @@ started = time.perf_counter()
 model = train_digits_cnn()
 print(f"模型備妥，用了 {time.perf_counter() - started:.2f} 秒")
 fp32_accuracy = accuracy(model)
-print(f"fp32 測試準確度：{len(test_labels)} 張影像中 {fp32_accuracy:.1%}")
+print(f"fp32 測試準確度：{fp32_accuracy:.1%}（共 {len(test_labels)} 張影像）")
 assert fp32_accuracy > 0.95, "小型 CNN 讀得懂 8×8 的數字"
 
 # %%

@@ -66,7 +66,7 @@ print(f"splits: {SPLITS}, threads: {torch.get_num_threads()}")
 
 
 def record(gm, x):
-    """Run ``gm`` on ``x``; return {node name: output tensor} for every node."""
+    """在 ``x`` 上執行 ``gm``；回傳每個 node 的 {node 名稱: 輸出張量}。"""
     outputs = {}
 
     class Recorder(torch.fx.Interpreter):
@@ -80,14 +80,14 @@ def record(gm, x):
 
 
 def sqnr(signal, noisy):
-    """20·log10(‖signal‖ / ‖signal − noisy‖), in dB."""
+    """20·log10(‖signal‖ / ‖signal − noisy‖)，單位 dB。"""
     return 20 * torch.log10(
         torch.linalg.vector_norm(signal) / torch.linalg.vector_norm(signal - noisy)
     )
 
 
 def fold_batch_norm(model):
-    """A copy of ``model`` whose BatchNorms are folded into their convs (BN becomes Identity)."""
+    """``model`` 的副本，BatchNorm 折疊進各自的 conv（BN 換成 Identity）。"""
     folded = copy.deepcopy(model)
     for conv, bn in (("conv1", "bn1"), ("conv2", "bn2"), ("conv3", "bn3")):
         setattr(folded, conv, fuse_conv_bn_eval(getattr(folded, conv), getattr(folded, bn)))
@@ -96,7 +96,7 @@ def fold_batch_norm(model):
 
 
 def quantize(gm):
-    """PT2E with the x86 defaults, calibrated on the 200 calibration images."""
+    """用 x86 預設設定跑 PT2E，以 200 張校準影像校準。"""
     prepared = prepare_pt2e(gm, x86_quantizer())
     with torch.no_grad():
         prepared(calibration_images)

@@ -66,7 +66,7 @@ calibration_images, _ = digits("calibration")
 
 
 def recipe(*, observer=MinMaxObserver, per_channel=False, reduce_range=False):
-    """The x86 default config with this activation observer and weight granularity."""
+    """x86 預設設定，換上這個活化值 observer 與 weight 粒度。"""
     base = get_default_x86_inductor_quantization_config(reduce_range=reduce_range)
     activation = replace(
         base.input_activation, observer_or_fake_quant_ctr=observer.with_args(eps=2**-12)
@@ -82,7 +82,7 @@ def recipe(*, observer=MinMaxObserver, per_channel=False, reduce_range=False):
 
 
 def ptq(model, config, *, calibration=8, float_layer=None):
-    """Export, prepare with ``config``, calibrate on the first images, convert."""
+    """匯出、用 ``config`` prepare、以前幾張影像校準、convert。"""
     quantizer = X86InductorQuantizer().set_global(config)
     if float_layer is not None:
         quantizer.set_module_name_qconfig(float_layer, None)  # None：留在浮點
@@ -93,7 +93,7 @@ def ptq(model, config, *, calibration=8, float_layer=None):
 
 
 def record(gm, x):
-    """Run ``gm`` on ``x``; return {node name: output tensor} for every node."""
+    """在 ``x`` 上執行 ``gm``；回傳每個 node 的 {node 名稱: 輸出張量}。"""
     outputs = {}
 
     class Recorder(torch.fx.Interpreter):
@@ -107,14 +107,14 @@ def record(gm, x):
 
 
 def sqnr(signal, noisy):
-    """20·log10(‖signal‖ / ‖signal − noisy‖), in dB (the debugger's convention)."""
+    """20·log10(‖signal‖ / ‖signal − noisy‖)，單位 dB（除錯器的寫法）。"""
     return 20 * torch.log10(
         torch.linalg.vector_norm(signal) / torch.linalg.vector_norm(signal - noisy)
     )
 
 
 def fold_batch_norm(model):
-    """A copy of ``model`` whose BatchNorms are folded into their convs (BN becomes Identity)."""
+    """``model`` 的副本，BatchNorm 折疊進各自的 conv（BN 換成 Identity）。"""
     folded = copy.deepcopy(model)
     for conv, bn in (("conv1", "bn1"), ("conv2", "bn2"), ("conv3", "bn3")):
         setattr(folded, conv, fuse_conv_bn_eval(getattr(folded, conv), getattr(folded, bn)))
@@ -123,7 +123,7 @@ def fold_batch_norm(model):
 
 
 def layer_sqnr(int8_model, float_outputs):
-    """SQNR of every conv and linear node of ``int8_model`` against the float outputs."""
+    """``int8_model`` 每個 conv 與 linear node 相對於浮點輸出的 SQNR。"""
     outputs = record(int8_model, test_images)
     return {
         node.name: sqnr(outputs[node.name], float_outputs[node.name]).item()
@@ -133,7 +133,7 @@ def layer_sqnr(int8_model, float_outputs):
 
 
 def activation_ranges(gm):
-    """The quant_max of every per-tensor quantize node."""
+    """每個 per-tensor quantize node 的 quant_max。"""
     return {n.args[4] for n in gm.graph.nodes if n.name.startswith("quantize_per_tensor")}
 
 

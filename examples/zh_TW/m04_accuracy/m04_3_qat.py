@@ -72,7 +72,7 @@ with torch.no_grad():  # M04-2 步驟 1：第 0 個通道進來 × 100，出去 
 
 
 def fold_batch_norm(model):
-    """A copy of ``model`` whose BatchNorms are folded into their convs (BN becomes Identity)."""
+    """``model`` 的副本，BatchNorm 折疊進各自的 conv（BN 換成 Identity）。"""
     folded = copy.deepcopy(model)
     for conv, bn in (("conv1", "bn1"), ("conv2", "bn2"), ("conv3", "bn3")):
         setattr(folded, conv, fuse_conv_bn_eval(getattr(folded, conv), getattr(folded, bn)))
@@ -81,7 +81,7 @@ def fold_batch_norm(model):
 
 
 def per_tensor_recipe(*, is_qat):
-    """The x86 default config, with per-tensor symmetric weights."""
+    """x86 預設設定，weight 改成 per-tensor 對稱量化。"""
     base = get_default_x86_inductor_quantization_config(is_qat=is_qat)
     observer = MinMaxObserver.with_args(eps=2**-12)
     if is_qat:
@@ -95,7 +95,7 @@ def per_tensor_recipe(*, is_qat):
 
 
 def census(gm):
-    """Count a graph's call_module nodes by module kind and its call_function nodes by op."""
+    """依模組種類清點 call_module node，依運算清點 call_function node。"""
     counts = Counter()
     for node in gm.graph.nodes:
         if node.op == "call_module":

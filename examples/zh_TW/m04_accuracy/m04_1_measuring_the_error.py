@@ -139,8 +139,8 @@ draw(int8_model, title="步驟 2：int8 的數字模型（X86InductorQuantizer �
 # 每多 6 dB，誤差減半；40 dB 表示誤差是訊號的 1 %。
 #
 # ``convert_pt2e`` 保留原本 node 的名稱，所以配對只要依名稱查表。不過 ``prepare_pt2e``
-# 已經把 BatchNorm 折疊進 conv：浮點圖的 ``conv2d``（在 BatchNorm 之前）和 int8 圖的
-# ``conv2d``（包含 BatchNorm）算的不是同一件事。先在 eager 模型裡折疊 BatchNorm，
+# 已經把 BatchNorm 折疊進 conv：浮點圖的 ``conv2d`` （在 BatchNorm 之前）和 int8 圖的
+# ``conv2d`` （包含 BatchNorm）算的不是同一件事。先在 eager 模型裡折疊 BatchNorm，
 # 浮點圖才能拿來比較。
 
 folded = fold_batch_norm(model)
@@ -266,7 +266,7 @@ assert worst == "conv2d_2" and by_hand["linear"] > by_hand[worst], "在第三個
 #          assert abs(accuracy(small) - int8_accuracy) <= 0.01, "在這裡 8 張就夠了"
 #          assert min(small_sqnr.values()) < min(by_hand.values()), "但雜訊變大了"
 #
-# 2. ``conv2d``（第一個 conv）的誤差裡，有多少來自 weight 本身的捨入？計算
+# 2. ``conv2d`` （第一個 conv）的誤差裡，有多少來自 weight 本身的捨入？計算
 #    ``folded.conv1.weight`` 與它 per-channel int8 版本之間的 SQNR。先預測：會高於還是低於
 #    這個 node 的 SQNR？
 #

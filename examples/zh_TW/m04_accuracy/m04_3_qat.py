@@ -27,7 +27,7 @@ M04-2 靠改配方修好了有離群通道的模型。配方改不了的時候�
 # ----
 # 帶著 M04-2 種下的離群通道的數字 CNN，以及 PTQ 與 QAT 共用的一個配方：x86 預設設定，
 # 只把 weight 改成 per-tensor。QAT 時 weight 的 observer 是
-# ``FusedMovingAvgObsFakeQuantize``（既觀察 *也* 捨入），裡面包著一個移動平均的 MinMax。
+# ``FusedMovingAvgObsFakeQuantize`` （既觀察 *也* 捨入），裡面包著一個移動平均的 MinMax。
 
 import copy
 import time

@@ -1,4 +1,4 @@
-"""Real data for the accuracy lessons: scikit-learn's bundled digits and a small CNN trained on them."""
+"""Real data for the accuracy lessons: scikit-learn's bundled digits and a CNN trained on them."""
 
 import contextlib
 import hashlib
@@ -189,13 +189,12 @@ def train_digits_cnn(*, seed: int = 0, epochs: int = EPOCHS, cache: bool = True)
     path = None
     if cache and _CACHE is not None:
         path = _CACHE / f"digits_cnn-{_SOURCE_HASH}-torch{torch.__version__}-s{seed}-e{epochs}.pt"
-    model = DigitsCNN()
-    if path is not None and path.exists():
-        model.load_state_dict(torch.load(path, weights_only=True))
-        return model.eval()
     with _reproducible():
         torch.manual_seed(seed)  # nn layers draw their initial weights from the global RNG
         model = DigitsCNN()
+    if path is not None and path.exists():
+        model.load_state_dict(torch.load(path, weights_only=True))
+        return model.eval()
     fit(model.train(), epochs=epochs, seed=seed)
     model.eval()
     if path is not None:

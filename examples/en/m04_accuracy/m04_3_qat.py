@@ -160,7 +160,8 @@ draw(qat_model, highlight=fake_quantize, title="Step 2: after prepare_qat_pt2e")
 input_node = next(
     n for n in qat_model.graph.nodes if n.name in fake_quantize and n.args[0].op == "placeholder"
 )
-input_fq = qat_model.get_submodule(input_node.target)
+# A copy: calling the model's own module would add x to the statistics it trains with.
+input_fq = copy.deepcopy(qat_model.get_submodule(input_node.target))
 x = calibration_images[:4]
 with torch.no_grad():
     rounded = input_fq(x)

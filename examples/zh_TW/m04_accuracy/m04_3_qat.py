@@ -158,7 +158,8 @@ draw(qat_model, highlight=fake_quantize, title="步驟 2：prepare_qat_pt2e 之�
 input_node = next(
     n for n in qat_model.graph.nodes if n.name in fake_quantize and n.args[0].op == "placeholder"
 )
-input_fq = qat_model.get_submodule(input_node.target)
+# 用副本：直接呼叫模型自己的模組，會把 x 加進它訓練時用的統計值。
+input_fq = copy.deepcopy(qat_model.get_submodule(input_node.target))
 x = calibration_images[:4]
 with torch.no_grad():
     rounded = input_fq(x)

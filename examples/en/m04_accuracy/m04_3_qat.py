@@ -253,9 +253,8 @@ fig.tight_layout()
 #
 # Exercises
 # ---------
-# 1. After QAT, does channel 0 still set the first conv's per-tensor weight scale? Predict
-#    the int8 value of its largest weight, and whether the other channels now use more than
-#    one step.
+# 1. After QAT, does channel 0 still dominate the first conv's per-tensor int8 weight? Do the
+#    other channels now use more than one step (int8 values beyond -1..1)? Predict both.
 #
 #    .. dropdown:: Solution
 #
@@ -265,8 +264,9 @@ fig.tight_layout()
 #          int8_weight = getattr(converted, conv.args[1].args[0].target)
 #          peaks = int8_weight.abs().amax(dim=(1, 2, 3))
 #          print(f"int8 peaks per channel: {peaks.tolist()}")
-#          assert peaks[0] >= 127, "channel 0 still sets the scale"
-#          assert peaks[1:].max() > 1, "the others use more than one step"
+#          assert peaks.argmax() == 0, "channel 0 still has the largest weights"
+#          assert peaks[1:].max() <= 1, "the others still round to -1, 0 or 1"
+#          # QAT did not rescue conv1: the layers after it learned to live with its rounding.
 #
 # 2. Run the BatchNorm path: export ``outlier`` (not folded) in train mode, call
 #    ``prepare_qat_pt2e``, train one epoch, convert. Predict how many ``batch_norm`` nodes

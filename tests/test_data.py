@@ -99,5 +99,5 @@ def test_fit_refuses_zero_epochs():
 
 
 def test_export_refuses_what_is_not_a_module():
-    with pytest.raises(TypeError, match="needs an nn.Module"):
+    with pytest.raises(TypeError, match=r"needs an nn\.Module"):
         export_digits_model(lambda x: x)

@@ -1,0 +1,251 @@
+"""Real data for the accuracy lessons: scikit-learn's bundled digits and a CNN trained on them."""
+
+import contextlib
+import hashlib
+import os
+from pathlib import Path
+
+import torch
+from torch import nn
+
+__all__ = [
+    "SPLITS",
+    "DigitsCNN",
+    "accuracy",
+    "digits",
+    "export_digits_model",
+    "fit",
+    "train_digits_cnn",
+]
+
+#: Images per split. The 1,797 digits are shuffled once (seed 0) and cut in this order.
+SPLITS = {"train": 1097, "calibration": 200, "test": 500}
+#: Epochs ``train_digits_cnn`` trains for by default.
+EPOCHS = 6
+_BATCH = 32
+_LEARNING_RATE = 3e-3
+# Training code and cache key: any edit to this file trains afresh.
+_SOURCE_HASH = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+# A source checkout keeps its trained weights in build/; an installed copy trains every time.
+_CHECKOUT = Path(__file__).resolve().parents[1]
+_CACHE = _CHECKOUT / "build" / "cache" if (_CHECKOUT / "pyproject.toml").exists() else None
+
+
+class DigitsCNN(nn.Module):
+    """Three conv + BatchNorm + ReLU blocks and two linear layers, for 1×8×8 digit images.
+
+    conv1 (1→8) → conv2 (8→16) → 2×2 max pool → conv3 (16→16) → fc1 (256→32) → fc2 (32→10).
+    Every activation has its own ``nn.ReLU`` (PT2E annotates each use separately).
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 8, kernel_size=3, padding=1)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.relu1 = nn.ReLU()
+        self.conv2 = nn.Conv2d(8, 16, kernel_size=3, padding=1)
+        self.bn2 = nn.BatchNorm2d(16)
+        self.relu2 = nn.ReLU()
+        self.pool = nn.MaxPool2d(2)
+        self.conv3 = nn.Conv2d(16, 16, kernel_size=3, padding=1)
+        self.bn3 = nn.BatchNorm2d(16)
+        self.relu3 = nn.ReLU()
+        self.fc1 = nn.Linear(16 * 4 * 4, 32)
+        self.relu4 = nn.ReLU()
+        self.fc2 = nn.Linear(32, 10)
+
+    def forward(self, x):
+        x = self.relu1(self.bn1(self.conv1(x)))
+        x = self.pool(self.relu2(self.bn2(self.conv2(x))))
+        x = self.relu3(self.bn3(self.conv3(x)))
+        return self.fc2(self.relu4(self.fc1(torch.flatten(x, 1))))
+
+
+def digits(split: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return ``(images, labels)`` of one split of scikit-learn's bundled digits.
+
+    The data ships inside scikit-learn (no download). Pixels 0..16 are scaled to 0..1.
+
+    Args:
+        split: ``"train"``, ``"calibration"`` or ``"test"`` (sizes in :data:`SPLITS`).
+
+    Returns:
+        tuple: ``images``, float32 of shape ``(N, 1, 8, 8)``, and ``labels``, int64 of shape
+        ``(N,)``. The same split gives the same tensors in every process.
+
+    Raises:
+        ValueError: if ``split`` is not one of the three names.
+
+    >>> images, labels = digits("test")
+    >>> images.shape, labels.shape
+    (torch.Size([500, 1, 8, 8]), torch.Size([500]))
+    >>> digits("validation")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown split 'validation' (one of: train, calibration, test)
+    """
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r} (one of: {', '.join(SPLITS)})")
+    from sklearn.datasets import load_digits
+
+    data = load_digits()
+    images = torch.tensor(data.images, dtype=torch.float32).unsqueeze(1) / 16
+    labels = torch.tensor(data.target, dtype=torch.int64)
+    order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(0))
+    start = 0
+    for name, size in SPLITS.items():
+        if name == split:
+            chosen = order[start : start + size]
+            return images[chosen], labels[chosen]
+        start += size
+    raise AssertionError("unreachable")
+
+
+@contextlib.contextmanager
+def _reproducible():
+    """One thread and deterministic algorithms while training, the caller's settings after.
+
+    Float sums split over threads round differently, so the thread count would change the
+    weights; one thread also trains this small model fastest.
+    """
+    threads = torch.get_num_threads()
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    rng = torch.random.get_rng_state()
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(deterministic)
+        torch.set_num_threads(threads)
+        torch.random.set_rng_state(rng)
+
+
+def fit(model: nn.Module, *, epochs: int, seed: int = 0, lr: float = _LEARNING_RATE) -> list:
+    """Train ``model`` on the train split with Adam and cross-entropy, deterministically.
+
+    The model is trained in the mode it is in: call ``model.train()`` first (or, for an
+    exported model, ``move_exported_model_to_train``). Batches of 32 come in an order drawn
+    from ``seed``; training runs on one thread with deterministic algorithms, and the caller's
+    thread count and RNG state are restored afterwards.
+
+    Args:
+        model: any module mapping ``(N, 1, 8, 8)`` images to 10 logits, including an
+            exported ``GraphModule`` with a dynamic batch dimension.
+        epochs: passes over the train split, at least 1.
+        seed: picks the order of the batches.
+        lr: Adam's learning rate.
+
+    Returns:
+        list: the mean training loss of each epoch.
+
+    Raises:
+        ValueError: if ``epochs`` is not a positive integer.
+    """
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+        raise ValueError(f"epochs must be a positive integer, got {epochs!r}")
+    images, labels = digits("train")
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    losses = []
+    with _reproducible():
+        for _ in range(epochs):
+            order = torch.randperm(len(labels), generator=generator)
+            total = 0.0
+            for start in range(0, len(order), _BATCH):
+                batch = order[start : start + _BATCH]
+                loss = nn.functional.cross_entropy(model(images[batch]), labels[batch])
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                total += loss.item() * len(batch)
+            losses.append(total / len(order))
+    return losses
+
+
+def train_digits_cnn(*, seed: int = 0, epochs: int = EPOCHS, cache: bool = True) -> DigitsCNN:
+    """Return a :class:`DigitsCNN` trained on the train split, in eval mode.
+
+    Training is deterministic: the same ``seed`` and ``epochs`` give the same weights bit for
+    bit, in any process. In a source checkout the weights are kept in ``build/cache/``, keyed
+    by this module's source and the arguments, so later calls (other lessons, the other
+    language's build, the tests) load them instead of training again.
+
+    Args:
+        seed: seeds the initial weights and the order of the batches.
+        epochs: passes over the train split.
+        cache: set ``False`` to train afresh and leave the cache alone.
+
+    Returns:
+        DigitsCNN: the trained model, in eval mode.
+
+    Raises:
+        ValueError: if ``seed`` is not an integer or ``epochs`` not a positive integer.
+    """
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"seed must be an integer, got {seed!r}")
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+        raise ValueError(f"epochs must be a positive integer, got {epochs!r}")
+    path = None
+    if cache and _CACHE is not None:
+        path = _CACHE / f"digits_cnn-{_SOURCE_HASH}-torch{torch.__version__}-s{seed}-e{epochs}.pt"
+    with _reproducible():
+        torch.manual_seed(seed)  # nn layers draw their initial weights from the global RNG
+        model = DigitsCNN()
+    if path is not None and path.exists():
+        model.load_state_dict(torch.load(path, weights_only=True))
+        return model.eval()
+    fit(model.train(), epochs=epochs, seed=seed)
+    model.eval()
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Write then rename: the two language builds may train and save at the same time.
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        torch.save(model.state_dict(), tmp)
+        tmp.replace(path)
+    return model
+
+
+def export_digits_model(model: nn.Module) -> torch.fx.GraphModule:
+    """Export a digits model with a dynamic batch dimension; return its ``GraphModule``.
+
+    ``torch.export`` would otherwise fix the batch size to that of the example, and the
+    lessons feed the same graph calibration sets, test sets and training batches of
+    different sizes.
+
+    Args:
+        model: a module taking ``(N, 1, 8, 8)`` images, in the mode it should be exported in.
+
+    Returns:
+        torch.fx.GraphModule: ``torch.export.export(...).module()`` accepting any batch size.
+
+    Raises:
+        TypeError: if ``model`` is not an ``nn.Module``.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"export_digits_model needs an nn.Module, got {type(model).__name__}")
+    example = (digits("calibration")[0][:2],)
+    batch = torch.export.Dim("batch")
+    program = torch.export.export(model, example, dynamic_shapes=({0: batch},))
+    return program.module()
+
+
+def accuracy(model: nn.Module, split: str = "test") -> float:
+    """Return the fraction of ``split``'s images that ``model`` classifies correctly.
+
+    The whole split goes through ``model`` as one batch, under ``torch.no_grad()``.
+
+    Args:
+        model: a module (eager or exported with a dynamic batch) returning 10 logits per image.
+        split: ``"train"``, ``"calibration"`` or ``"test"``.
+
+    Returns:
+        float: correct / total, between 0 and 1.
+
+    Raises:
+        ValueError: if ``split`` is unknown.
+    """
+    images, labels = digits(split)
+    with torch.no_grad():
+        predicted = model(images).argmax(dim=1)
+    return (predicted == labels).float().mean().item()

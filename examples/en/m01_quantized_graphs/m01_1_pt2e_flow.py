@@ -313,15 +313,13 @@ for name in ("conv2d", "linear"):
 # So the converted model does all the float work plus every quantize and dequantize: it is
 # *slower* than the float model, not faster. The timing below is measured on the machine that
 # built this page (median of 50 runs each, batch 8; printed, not asserted). Real int8 kernels
-# come from lowering the graph, the subject of M03-1.
+# come from lowering the graph, the subject of
+# :ref:`M03-1 · the lowered graph <sphx_glr_lessons_m03_lowering_m03_1_lowered_graph.py>`.
 
 float_ms, simulated_ms = median_ms([model, converted], test)
 print(f"CPU {torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} threads")
 print(f"float model      {float_ms:7.2f} ms")
 print(f"converted model  {simulated_ms:7.2f} ms  ({simulated_ms / float_ms:.1f}× the float time)")
-# sphinx_gallery_start_ignore
-# TODO(lead): link M03-1 in the text above once M03 lands.
-# sphinx_gallery_end_ignore
 
 # %%
 # Step 7 — fold_quantize

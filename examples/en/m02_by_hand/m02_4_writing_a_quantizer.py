@@ -484,5 +484,5 @@ assert torch.equal(strict[0](*fresh), strict[1](*fresh)), "strict export: works,
 #
 # Next
 # ----
-# M03-1: lowering the converted graph to real int8 kernels.
-# TODO(lead): link M03-1
+# :ref:`M03-1 · the lowered graph <sphx_glr_lessons_m03_lowering_m03_1_lowered_graph.py>`:
+# lowering the converted graph to real int8 kernels.

@@ -235,5 +235,5 @@ assert int8_bytes <= 0.3 * fp32_bytes, "int8 weights take a quarter of the bytes
 #
 # Next
 # ----
-# M04-1 · measuring the error: is the int8 model still accurate?
-# TODO(lead): link M04-1
+# :ref:`M04-1 · measuring the error <sphx_glr_lessons_m04_accuracy_m04_1_measuring_the_error.py>`:
+# is the int8 model still accurate?

@@ -17,12 +17,11 @@ same numbers to the last bit.
 
 **Prerequisites**: :ref:`M01-1 · The PT2E flow end to end
 <sphx_glr_lessons_m01_quantized_graphs_m01_1_pt2e_flow.py>`, :ref:`M02-3 · convert by hand
-<sphx_glr_lessons_m02_by_hand_m02_3_convert_by_hand.py>`; M03-3 (why int8 at all: speed and
-size).
+<sphx_glr_lessons_m02_by_hand_m02_3_convert_by_hand.py>`; :ref:`M03-3 · speed and size
+<sphx_glr_lessons_m03_lowering_m03_3_speed_and_size.py>` (why int8 at all).
 """
 
 # SPDX-License-Identifier: BSD-3-Clause
-# TODO(lead): link M03-3
 # sphinx_gallery_thumbnail_number = 1
 
 # %%

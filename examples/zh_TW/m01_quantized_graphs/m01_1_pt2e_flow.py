@@ -308,15 +308,13 @@ for name in ("conv2d", "linear"):
 # 所以 convert 後的模型除了原本所有的浮點運算，還要多做每一次 quantize 和 dequantize：
 # 它比浮點模型「更慢」，不是更快。下面的時間是在建置本頁的機器上量的
 # （各跑 50 次取中位數，batch 為 8；只印出，不斷言）。真正的 int8 kernel
-# 要等把圖 lowering 之後才會用上，這是 M03-1 的主題。
+# 要等把圖 lowering 之後才會用上，這是
+# :ref:`M03-1 · lowering 之後的圖 <sphx_glr_lessons_m03_lowering_m03_1_lowered_graph.py>` 的主題。
 
 float_ms, simulated_ms = median_ms([model, converted], test)
 print(f"CPU {torch.backends.cpu.get_cpu_capability()}，{torch.get_num_threads()} 個執行緒")
 print(f"浮點模型       {float_ms:7.2f} ms")
 print(f"convert 後模型 {simulated_ms:7.2f} ms（浮點時間的 {simulated_ms / float_ms:.1f} 倍）")
-# sphinx_gallery_start_ignore
-# TODO(lead): link M03-1 in the text above once M03 lands.
-# sphinx_gallery_end_ignore
 
 # %%
 # 步驟 7 — fold_quantize

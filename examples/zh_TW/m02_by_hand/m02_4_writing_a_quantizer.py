@@ -480,5 +480,5 @@ assert torch.equal(strict[0](*fresh), strict[1](*fresh)), "strict export: works,
 #
 # 下一課
 # ------
-# M03-1：把 convert 後的圖 lowering 成真正的 int8 kernel。
-# TODO(lead): link M03-1
+# :ref:`M03-1 · lowering 之後的圖 <sphx_glr_lessons_m03_lowering_m03_1_lowered_graph.py>`：
+# 把 convert 後的圖 lowering 成真正的 int8 kernel。

@@ -230,5 +230,5 @@ assert int8_bytes <= 0.3 * fp32_bytes, "int8 weight 只佔四分之一的位元�
 #
 # 下一課
 # ------
-# M04-1 · 量測誤差：int8 模型還準確嗎？
-# TODO(lead): link M04-1
+# :ref:`M04-1 · 量測誤差 <sphx_glr_lessons_m04_accuracy_m04_1_measuring_the_error.py>`：
+# int8 模型還準確嗎？

@@ -18,7 +18,7 @@ CNN，用 ``X86InductorQuantizer`` 的預設設定量化成 int8，再拿 500 �
 <sphx_glr_lessons_m01_quantized_graphs_m01_1_pt2e_flow.py>`、:ref:`M02-3 · 親手做 convert
 <sphx_glr_lessons_m02_by_hand_m02_3_convert_by_hand.py>`；
 :ref:`M03-3 · 速度與大小
-<sphx_glr_lessons_m03_lowering_m03_3_speed_and_size.py>`（為什麼要用 int8）。
+<sphx_glr_lessons_m03_lowering_m03_3_speed_and_size.py>` （為什麼要用 int8）。
 """
 
 # SPDX-License-Identifier: BSD-3-Clause

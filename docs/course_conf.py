@@ -154,7 +154,6 @@ def make_config(lang: str) -> dict:
             "sphinx.ext.autodoc",
             "sphinx.ext.napoleon",
             "sphinx_copybutton",
-            "sphinx_sitemap",
             "course_site",  # docs/course_site.py: the site's own additions
             "course_a11y",  # docs/course_a11y.py: accessibility fixes to the theme's markup
             "zh_spacing",  # docs/zh_spacing.py: no stray spaces in Chinese text
@@ -215,11 +214,6 @@ def make_config(lang: str) -> dict:
         "copybutton_selector": "div:not(.sphx-glr-script-out):not(.output) > div.highlight > pre",
         "copybutton_prompt_text": r">>> |\.\.\. ",
         "copybutton_prompt_is_regexp": True,
-        # sphinx-sitemap: <lang>/sitemap.xml lists this language's pages, each with its twins.
-        "site_url": SITE_URL,
-        "sitemap_url_scheme": "{lang}{link}",
-        "sitemap_locales": list(LANGUAGES),
-        "sitemap_excludes": ["search.html", "genindex.html"],
         # The FX article's cells run in a Jupyter kernel. Not "inline": that mode starts the
         # same kernel, and a failing assert then stops the build without the assertion's text.
         "nb_execution_mode": "cache",

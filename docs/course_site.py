@@ -12,6 +12,7 @@ import re
 import zipfile
 from pathlib import Path
 from urllib.parse import urlparse
+from xml.sax.saxutils import escape
 
 from sphinx import addnodes
 
@@ -44,7 +45,28 @@ def setup(app) -> dict:
     app.connect("source-read", _hold_kernel_lock)
     app.connect("doctree-read", _release_kernel_lock)
     app.connect("env-get-outdated", _generated_pages)
+    app.connect("build-finished", lambda app, exc: _sitemap(app, lang, exc))
     return {"parallel_read_safe": True, "parallel_write_safe": True}
+
+
+def _sitemap(app, lang: str, exc) -> None:
+    """<lang>/sitemap.xml: every page of the language (not only those this build wrote, as
+    sphinx-sitemap 2.9 lists), each with its twin in the other language."""
+    if exc is not None or app.builder.format != "html":
+        return
+    other = other_language(lang)
+    entries = [
+        f"  <url><loc>{escape(f'{SITE_URL}{lang}/{page}.html')}</loc>\n"
+        f'    <xhtml:link rel="alternate" hreflang="{TEXT[other]["hreflang"]}" '
+        f'href="{escape(f"{SITE_URL}{other}/{page}.html")}"/></url>'
+        for page in sorted(app.env.found_docs - {"genindex", "search"})
+    ]
+    (Path(app.outdir) / "sitemap.xml").write_text(
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" '
+        'xmlns:xhtml="http://www.w3.org/1999/xhtml">\n' + "\n".join(entries) + "\n</urlset>\n",
+        encoding="utf-8",
+    )
 
 
 def _generated_pages(app, env, added, changed, removed) -> list[str]:
@@ -180,11 +202,16 @@ def _course_map(lang: str) -> str:
             if not lesson_title.startswith(number):
                 lesson_title = f"{number} · {lesson_title}"
             claim = _first_sentence(parts[1]) if len(parts) > 1 else ""
-            thumb = f"lessons/{folder}/images/thumb/sphx_glr_{script.stem}_thumb.svg"
+            # The gallery's thumbnail: SVG from a graph picture, PNG from a chart.
+            thumbs = [
+                f"lessons/{folder}/images/thumb/sphx_glr_{script.stem}_thumb{suffix}"
+                for suffix in (".svg", ".png")
+            ]
+            found = [thumb for thumb in thumbs if (DOCS / lang / thumb).exists()]
             out += [f":::{{grid-item-card}} {lesson_title}"]
             out += [f":link: {_label(script)}", ":link-type: ref", ":class-card: course-card"]
-            if (DOCS / lang / thumb).exists():
-                out += [f":img-top: {thumb}", f":img-alt: {number}"]
+            if found:
+                out += [f":img-top: {found[0]}", f":img-alt: {number}"]
             out += ["", _rst_to_myst(claim), ":::", ""]
         out += ["::::", ""]
     return "\n".join(out)
@@ -277,7 +304,7 @@ def _module_zips(app, lang: str) -> None:
 
 def write_site_root(html: Path) -> None:
     """Write the folder holding one build per language (``html/<lang>``): its language picker,
-    its 404 page and the sitemap index pointing at each language's sitemap (sphinx-sitemap's).
+    its 404 page and the sitemap index pointing at each language's sitemap.
 
     languages.build_site calls it once, after every language has been built.
     """

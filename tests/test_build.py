@@ -91,8 +91,8 @@ def lesson_outputs(site: Path) -> dict[str, bytes]:
             text = path.read_text(encoding="utf-8")
             text = re.sub(r"\*\*Total running time of the script:\*\*.*", "", text)
             # Lessons print measured times beside what they claim (never assert them): the
-            # milliseconds and their ratios change from run to run, nothing else may.
-            text = re.sub(r"\d+(?:\.\d+)?(?= ?ms\b| ?×)", "<measured>", text)
+            # seconds, milliseconds and their ratios change from run to run, nothing else may.
+            text = re.sub(r"\d+(?:\.\d+)?(?= ?m?s\b| ?×)", "<measured>", text)
             outputs[str(path.relative_to(site))] = text.encode()
     return outputs
 

@@ -135,8 +135,8 @@ draw(int8_model, title="Step 2: the int8 digits model (X86InductorQuantizer defa
 # Step 3 — SQNR by hand, node by node
 # -----------------------------------
 # Accuracy counts only the images that flip. SQNR measures how far every intermediate tensor
-# moved: with :math:`x` a node's output in one graph and :math:`\hat{x}` in the other,
-# :math:`\mathrm{SQNR} = 20 \log_{10} \lVert x \rVert / \lVert x - \hat{x} \rVert` dB.
+# moved: with ``x`` a node's output in one graph and ``x̂`` in the other,
+# ``SQNR = 20·log10(‖x‖ / ‖x − x̂‖)`` dB.
 # Each 6 dB halves the error; 40 dB means an error of 1 % of the signal.
 #
 # ``convert_pt2e`` keeps the names of the original nodes, so pairing them is a lookup by name.

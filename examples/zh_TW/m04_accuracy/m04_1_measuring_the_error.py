@@ -134,9 +134,9 @@ draw(int8_model, title="步驟 2：int8 的數字模型（X86InductorQuantizer �
 # %%
 # 步驟 3 — 親手逐個 node 算 SQNR
 # -----------------------------------
-# 準確度只計算預測翻盤的影像。SQNR 量的是每個中間張量偏移了多少：設 :math:`x` 是某個 node
-# 在一張圖裡的輸出、:math:`\hat{x}` 是在另一張圖裡的輸出，
-# :math:`\mathrm{SQNR} = 20 \log_{10} \lVert x \rVert / \lVert x - \hat{x} \rVert` dB。
+# 準確度只計算預測翻盤的影像。SQNR 量的是每個中間張量偏移了多少：設 ``x`` 是某個 node
+# 在一張圖裡的輸出、``x̂`` 是在另一張圖裡的輸出，
+# ``SQNR = 20·log10(‖x‖ / ‖x − x̂‖)`` dB。
 # 每多 6 dB，誤差減半；40 dB 表示誤差是訊號的 1 %。
 #
 # ``convert_pt2e`` 保留原本 node 的名稱，所以配對只要依名稱查表。不過 ``prepare_pt2e``

@@ -14,8 +14,6 @@ from pathlib import Path
 from urllib.parse import urlparse
 from xml.sax.saxutils import escape
 
-from sphinx import addnodes
-
 from course_conf import (
     API_MODULES,
     COLAB_NOTEBOOKS,
@@ -115,6 +113,9 @@ def _page_context(lang, app, pagename, templatename, context, doctree) -> None:
     # sphinx-gallery links a lesson's notebook with :download:; Sphinx's download node says
     # where in the site it copied the file (its "filename": <hash>/<name>.ipynb).
     if doctree is not None and pagename.startswith("lessons/"):
+        # Imported here: nox imports this module (write_site_root) where Sphinx is not installed.
+        from sphinx import addnodes
+
         notebook = f"{pagename.rsplit('/', 1)[-1]}.ipynb"
         for node in doctree.findall(addnodes.download_reference):
             if node.get("reftarget") == notebook and node.get("filename"):

@@ -141,3 +141,17 @@ def test_the_build_writes_only_generated_ignored_folders(tmp_path):
     for generated in ("build/html/index.html", "docs/en/lessons/index.rst"):
         checked = subprocess.run(["git", "check-ignore", "-q", generated], cwd=ROOT)
         assert checked.returncode == 0, f"{generated} is not git-ignored"
+
+
+def test_the_site_root_is_written_without_sphinx(tmp_path):
+    """nox runs build_site in its own Python, which has no Sphinx: the root must not need it."""
+    script = (
+        "import sys\n"
+        "sys.modules['sphinx'] = None  # any import of Sphinx now fails\n"
+        f"sys.path.insert(0, {str(ROOT / 'docs')!r})\n"
+        "from course_site import write_site_root\n"
+        f"write_site_root(__import__('pathlib').Path({str(tmp_path)!r}))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (tmp_path / "index.html").exists() and (tmp_path / "sitemap.xml").exists()

@@ -20,13 +20,14 @@ the old nodes — and ends with a graph whose operators, constants and outputs a
 """
 
 # SPDX-License-Identifier: BSD-3-Clause
-# sphinx_gallery_thumbnail_number = 3
+# sphinx_gallery_thumbnail_number = 4
 
 # %%
 # Setup
 # -----
 # The quantized ``small_cnn`` of M03-1; ``reference`` is torchao's lowering of it.
 
+import copy
 from collections import Counter
 
 import torch
@@ -35,7 +36,7 @@ from torch import nn
 from common.expect import expect_error
 from common.models import example_inputs, get_model
 from common.pt2e import calibrate, export_module, quiet, x86_quantizer
-from common.viz import draw
+from common.viz import draw, draw_diff
 
 quiet()
 
@@ -89,6 +90,7 @@ assert not ops(gm)["aten.linear.default"], "linear is decomposed"
 # weight goes through ``onednn.qconv_prepack`` (for now a node; step 5 runs it once). Then the
 # old nodes go: conv first, while the dequantize nodes still have it as a user they cannot.
 
+before = copy.deepcopy(gm)
 conv = next(iter(graph.find_nodes(op="call_function", target=aten.convolution.default)))
 out = (1.0, 0, torch.float32, "none", [], "")  # float32 output (scale 1, zero point 0), no post-op
 x_dq, w_dq, bias, stride, padding, dilation, _, _, groups = conv.args
@@ -108,7 +110,7 @@ qconv.meta.update(conv.meta)
 for node in (conv, x_dq, w_dq):
     graph.erase_node(node)
 gm.recompile()
-draw(gm, highlight=[packed.name, qconv.name], title="Step 2: the conv is an int8 oneDNN op")
+draw_diff(before, gm, title="Step 2: the conv is an int8 oneDNN op")
 assert qconv.args[0].target == torch.ops.quantized_decomposed.quantize_per_tensor.default
 
 # %%
@@ -132,11 +134,13 @@ assert not graph.find_nodes(op="call_function", target=aten.addmm.default)
 # ``lowering.fuse_post_ops`` tries inductor's patterns in its order (int8 outputs first, then
 # float ones; ``add`` of a residual too).
 
+before = copy.deepcopy(gm)
 lowering.fuse_post_ops(gm)
 (qconv,) = graph.find_nodes(op="call_function", target=onednn.qconv_pointwise.default)
 print(qconv.format_node())
 assert (qconv.args[13], qconv.args[14]) == (torch.uint8, "relu")
 assert not graph.find_nodes(op="call_function", target=aten.relu.default), "relu went in"
+draw_diff(before, gm, title="Step 4: relu and quantize fused into the int8 ops")
 
 # %%
 # Step 5 — Run the prepacks once: constants

@@ -19,13 +19,14 @@ torchao 用 inductor 的模式比對器（pattern matcher）做 lowering；但�
 """
 
 # SPDX-License-Identifier: BSD-3-Clause
-# sphinx_gallery_thumbnail_number = 3
+# sphinx_gallery_thumbnail_number = 4
 
 # %%
 # 準備
 # ----
 # M03-1 量化過的 ``small_cnn`` ； ``reference`` 是 torchao 對它做的 lowering。
 
+import copy
 from collections import Counter
 
 import torch
@@ -34,7 +35,7 @@ from torch import nn
 from common.expect import expect_error
 from common.models import example_inputs, get_model
 from common.pt2e import calibrate, export_module, quiet, x86_quantizer
-from common.viz import draw
+from common.viz import draw, draw_diff
 
 quiet()
 
@@ -88,6 +89,7 @@ assert not ops(gm)["aten.linear.default"], "linear 被拆解了"
 # ``onednn.qconv_prepack`` （目前還是一個 node；步驟 5 才執行它一次）。接著刪掉舊的 node：
 # 先刪 conv，因為它還是 dequantize 的使用者時，dequantize 刪不掉。
 
+before = copy.deepcopy(gm)
 conv = next(iter(graph.find_nodes(op="call_function", target=aten.convolution.default)))
 out = (1.0, 0, torch.float32, "none", [], "")  # 輸出 float32（scale 1、zero point 0），無後置運算
 x_dq, w_dq, bias, stride, padding, dilation, _, _, groups = conv.args
@@ -107,7 +109,7 @@ qconv.meta.update(conv.meta)
 for node in (conv, x_dq, w_dq):
     graph.erase_node(node)
 gm.recompile()
-draw(gm, highlight=[packed.name, qconv.name], title="步驟 2：conv 成為 oneDNN 的 int8 運算")
+draw_diff(before, gm, title="步驟 2：conv 成為 oneDNN 的 int8 運算")
 assert qconv.args[0].target == torch.ops.quantized_decomposed.quantize_per_tensor.default
 
 # %%
@@ -131,11 +133,13 @@ assert not graph.find_nodes(op="call_function", target=aten.addmm.default)
 # ``lowering.fuse_post_ops`` 依 inductor 的順序嘗試它的模式（先 int8 輸出，再浮點數輸出；
 # 也包括殘差的 ``add`` ）。
 
+before = copy.deepcopy(gm)
 lowering.fuse_post_ops(gm)
 (qconv,) = graph.find_nodes(op="call_function", target=onednn.qconv_pointwise.default)
 print(qconv.format_node())
 assert (qconv.args[13], qconv.args[14]) == (torch.uint8, "relu")
 assert not graph.find_nodes(op="call_function", target=aten.relu.default), "relu 被融合進去了"
+draw_diff(before, gm, title="步驟 4：relu 與 quantize 併入 int8 運算")
 
 # %%
 # 步驟 5 — 預先打包只執行一次：變成常數

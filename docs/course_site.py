@@ -68,13 +68,14 @@ def _sitemap(app, lang: str, exc) -> None:
 
 
 def _generated_pages(app, env, added, changed, removed) -> list[str]:
-    """Pages made from the lessons, read again when they may have changed.
-
-    The course map and glossary on every build; the API page (which lists the lessons using
-    each function) when a lesson ran, not on a rebuild where none did: it imports torch.
+    """Pages made from the lessons, read again when they may have changed: when a lesson ran
+    or a page came or went. The course map shows each lesson's picture, the glossary links
+    each term to its lesson, the API page lists the lessons using each function (it imports
+    torch). A rebuild where nothing changed reads and writes none of them.
     """
-    ran = app.config.sphinx_gallery_conf["passing_examples"]
-    return ["course_map", "glossary", *(["api"] if ran else [])]
+    if app.config.sphinx_gallery_conf["passing_examples"] or added or removed:
+        return ["course_map", "glossary", "api"]
+    return []
 
 
 # MyST notebook pages run a Jupyter kernel while they are read. The two language builds run at

@@ -324,27 +324,6 @@ def test_search_finds_lessons(browse, server, lang, query):
 
 @pytest.mark.browser
 @pytest.mark.parametrize("lang", LANGUAGES)
-def test_every_picture_on_a_lesson_page_is_drawn(browse, server, lang):
-    page = browse()
-    for lesson in lesson_pages(lang):
-        page.goto(f"{server}/{lang}/{lesson.as_posix()}")
-        pictures = page.locator("article.bd-article img, article.bd-article svg")
-        assert pictures.count() > 0, f"{lang}/{lesson}: no picture"
-        for i in range(pictures.count()):
-            picture = pictures.nth(i)
-            picture.scroll_into_view_if_needed()
-            box = picture.bounding_box()
-            assert box and box["width"] > 0 and box["height"] > 0, (
-                f"{lang}/{lesson}: picture {i} is empty"
-            )
-            loaded = picture.evaluate(
-                "el => el.tagName !== 'IMG' || (el.complete && el.naturalWidth > 0)"
-            )
-            assert loaded, f"{lang}/{lesson}: picture {i} did not load"
-
-
-@pytest.mark.browser
-@pytest.mark.parametrize("lang", LANGUAGES)
 def test_screenshots_and_no_third_party_request(browse, server, lang):
     """Visit the main kinds of page; browse() fails the test if any request left localhost."""
     folder = ARTIFACTS / "screenshots"
@@ -578,31 +557,6 @@ def test_hovering_a_node_in_a_lesson_picture_shows_its_tooltip_with_a_dtype(brow
     inline_pictures(page).first.screenshot(path=folder / f"{lang}-graph-hovered.png")
 
 
-@pytest.mark.browser
-@pytest.mark.parametrize("lang", LANGUAGES)
-def test_every_graph_picture_has_a_text_alternative_and_reads_in_dark_mode(browse, server, lang):
-    page = browse()
-    page.emulate_media(color_scheme="dark")  # the theme's default mode follows the system
-    words = "個 node 的圖" if lang == "zh_TW" else "A graph of"
-    for lesson in lesson_pages(lang):
-        page.goto(f"{server}/{lang}/{lesson.as_posix()}")
-        assert page.evaluate("document.documentElement.dataset.theme") == "dark"
-        for i in range(inline_pictures(page).count()):
-            picture = inline_pictures(page).nth(i)
-            assert picture.get_attribute("role") == "img"
-            assert words in (picture.get_attribute("aria-label") or ""), f"{lang}/{lesson} #{i}"
-            # Dark mode keeps the picture's own white ground under its dark text, dimmed a
-            # little as the theme dims images.
-            ground = picture.locator("g.graph > polygon").first.get_attribute("fill")
-            assert ground == "white", f"{lang}/{lesson} #{i}: ground {ground}"
-            assert "brightness" in picture.evaluate("el => getComputedStyle(el).filter")
-    picture = inline_pictures(page).first
-    picture.scroll_into_view_if_needed()
-    folder = ARTIFACTS / "screenshots"
-    folder.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=folder / f"{lang}-lesson-dark.png")
-
-
 def chart_images(page):
     return page.locator("article.bd-article img[src*='sphx_glr_'][src$='.png']")
 
@@ -621,14 +575,67 @@ def check_charts(page, where: str, chinese: bool) -> int:
     return charts.count()
 
 
+# What a lesson page shows, read in one call per page (a call per element costs a round trip
+# to the browser each: a dozen pictures on thirty-two pages made these checks take a minute).
+LESSON_PAGE = """() => {
+    const article = document.querySelector('article.bd-article');
+    const sized = el => {
+        const box = el.getBoundingClientRect();
+        return box.width > 0 && box.height > 0;
+    };
+    const loaded = el => el.tagName !== 'IMG' || (el.complete && el.naturalWidth > 0);
+    return {
+        theme: document.documentElement.dataset.theme,
+        pictures: [...article.querySelectorAll('img, svg')].map(
+            el => ({sized: sized(el), loaded: loaded(el)})),
+        graphs: [...article.querySelectorAll('svg.course-graph')].map(el => ({
+            role: el.getAttribute('role'),
+            label: el.getAttribute('aria-label') || '',
+            ground: el.querySelector('g.graph > polygon')?.getAttribute('fill'),
+            filter: getComputedStyle(el).filter,
+        })),
+        charts: [...article.querySelectorAll("img[src*='sphx_glr_'][src$='.png']")].map(
+            el => ({sized: sized(el), loaded: loaded(el), alt: el.getAttribute('alt') || ''})),
+    };
+}"""
+
+
 @pytest.mark.browser
 @pytest.mark.parametrize("lang", LANGUAGES)
-def test_every_chart_on_a_lesson_page_has_a_size(browse, server, lang):
-    """The build itself fails a chart whose characters its fonts cannot draw (common.gallery)."""
+def test_lesson_pages_draw_every_picture_and_chart_readably_in_dark_mode(browse, server, lang):
+    """Every picture and chart of every lesson page is loaded and has a size; each graph picture
+    has a text alternative and keeps its white ground in dark mode; Chinese charts speak Chinese.
+
+    The build itself fails a chart whose characters its fonts cannot draw (common.gallery).
+    """
     page = browse()
+    page.emulate_media(color_scheme="dark")  # the theme's default mode follows the system
+    words = "個 node 的圖" if lang == "zh_TW" else "A graph of"
     for lesson in lesson_pages(lang):
-        page.goto(f"{server}/{lang}/{lesson.as_posix()}")
-        check_charts(page, f"{lang}/{lesson}", chinese=lang == "zh_TW")
+        where = f"{lang}/{lesson}"
+        page.goto(f"{server}/{lang}/{lesson.as_posix()}")  # returns once the images are loaded
+        shown = page.evaluate(LESSON_PAGE)
+        assert shown["theme"] == "dark", where
+        assert shown["pictures"], f"{where}: no picture"
+        for i, picture in enumerate(shown["pictures"]):
+            assert picture["sized"], f"{where}: picture {i} is empty"
+            assert picture["loaded"], f"{where}: picture {i} did not load"
+        for i, graph in enumerate(shown["graphs"]):
+            assert graph["role"] == "img", f"{where} #{i}: not role=img"
+            assert words in graph["label"], f"{where} #{i}: no text alternative"
+            # Dark mode keeps the picture's own white ground under its dark text, dimmed a
+            # little as the theme dims images.
+            assert graph["ground"] == "white", f"{where} #{i}: ground {graph['ground']}"
+            assert "brightness" in graph["filter"], f"{where} #{i}: not dimmed"
+        for i, chart in enumerate(shown["charts"]):
+            assert chart["sized"] and chart["loaded"], f"{where}: chart {i} is empty"
+            if lang == "zh_TW" and chart["alt"]:
+                assert re.search(r"[\u4e00-\u9fff]", chart["alt"]), f"{where}: chart {i}"
+    picture = inline_pictures(page).first
+    picture.scroll_into_view_if_needed()
+    folder = ARTIFACTS / "screenshots"
+    folder.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=folder / f"{lang}-lesson-dark.png")
 
 
 PICTURES_LESSON = '''\

@@ -1,5 +1,6 @@
 """Shared fixtures and skips for the pt2e-course tests."""
 
+import copy
 import os
 import re
 import shutil
@@ -22,6 +23,76 @@ os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(ROOT / "build" / "inductor_
 needs_dot = pytest.mark.skipif(
     shutil.which("dot") is None, reason="Graphviz 'dot' is not installed (apt-get install graphviz)"
 )
+
+
+# ------------------------------------------------------- torchao's pattern graphs, exported once
+# torchao exports small pattern graphs (strict torch.export, ~0.2 s each) each time it rewrites:
+# convert_pt2e 96 of them whenever a BatchNorm is left in the graph (its QAT conv-bn patterns),
+# prepare_qat_pt2e and move_exported_model_to_train/eval a few more. A pattern's graph depends
+# only on its code, the values it closes over and its inputs' shapes and dtypes, so each test
+# worker exports each pattern once. The readers' runs (subprocesses) and the docs build export
+# them as torchao does; tests/test_handmade.py checks that a cached graph is the fresh one.
+
+
+def pattern_key(pattern, example_inputs, is_cuda=False, **kwargs):
+    """What a torchao pattern graph depends on, or None when that cannot be told (not cached)."""
+    function = getattr(pattern, "fn", pattern)  # torchao wraps some patterns in WrapperModule
+    try:
+        closed_over = tuple(cell.cell_contents for cell in function.__closure__ or ())
+        key = (
+            type(pattern),
+            function.__code__,
+            closed_over,
+            tuple(map(_input_signature, example_inputs)),
+            is_cuda,
+            tuple(sorted((name, _input_signature(v)) for name, v in kwargs.items())),
+        )
+        hash(key)
+    except (AttributeError, TypeError, ValueError):
+        return None
+    return key
+
+
+def _input_signature(value):
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return ("tensor", tuple(value.shape), value.dtype, value.device.type)
+    return value
+
+
+def caching_pattern_graphs(export_pattern):
+    """``export_pattern`` (torchao's ``_get_aten_graph_module_for_pattern``) with a memory:
+    each pattern is exported once, and every call gets its own copy of the graph."""
+    exported = {}
+
+    def cached(pattern, example_inputs, is_cuda=False, **kwargs):
+        key = pattern_key(pattern, example_inputs, is_cuda, **kwargs)
+        if key is None:
+            return export_pattern(pattern, example_inputs, is_cuda, **kwargs)
+        if key not in exported:
+            exported[key] = export_pattern(pattern, example_inputs, is_cuda, **kwargs)
+        return copy.deepcopy(exported[key])
+
+    cached.exported, cached.export_pattern = exported, export_pattern
+    return cached
+
+
+@pytest.fixture(scope="session", autouse=True)
+def torchao_patterns_exported_once():
+    import torchao.quantization.pt2e.quantize_pt2e  # noqa: F401  (imports the modules below)
+    from torchao.quantization.pt2e import utils
+
+    name = "_get_aten_graph_module_for_pattern"
+    original = getattr(utils, name)
+    cached = caching_pattern_graphs(original)
+    with pytest.MonkeyPatch.context() as patch:
+        # Modules that imported the function by name hold it too (export_utils imports it
+        # from utils at each call).
+        for module in list(sys.modules.values()):
+            if module.__name__.startswith("torchao.") and getattr(module, name, None) is original:
+                patch.setattr(module, name, cached)
+        yield cached
 
 
 def lessons(lang: str) -> list[Path]:

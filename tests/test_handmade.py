@@ -750,3 +750,35 @@ def test_self_converting_observer_in_convert_names_the_node():
 def test_course_quantizer_specs_are_what_the_docs_say():
     assert (ACTIVATION_SPEC.dtype, ACTIVATION_SPEC.qscheme) == (torch.int8, torch.per_tensor_affine)
     assert (WEIGHT_SPEC.qscheme, WEIGHT_SPEC.ch_axis) == (torch.per_channel_symmetric, 0)
+
+
+def test_torchaos_pattern_graphs_from_the_tests_cache_are_freshly_exported_ones(
+    torchao_patterns_exported_once,
+):
+    """conftest.py lets each test worker export torchao's pattern graphs once: a pattern
+    asked for again (a new closure over the same flags) gets a copy of the same graph, and
+    patterns with other flags get their own."""
+    from torchao.quantization.pt2e import qat_utils
+
+    from conftest import pattern_key
+
+    cached = torchao_patterns_exported_once
+    x = (torch.randn(1, 1, 3, 3), torch.randn(1, 1, 1, 1), *torch.randn(4, 1))
+    codes = []
+    for per_channel, bias in ((True, True), (False, False)):
+        flags = (per_channel, bias, bias)
+        kwargs = qat_utils._get_quantized_conv_bn_example_inputs_kwargs(*flags, False)
+
+        def pattern(flags=flags):
+            return qat_utils._get_quantized_qat_conv_bn_pattern(*flags, nn.functional.conv2d, False)
+
+        assert pattern_key(pattern(), x, False, **kwargs) is not None, "it can be cached"
+        known = len(cached.exported)
+        first = cached(pattern(), x, False, **kwargs)
+        again = cached(pattern(), x, False, **kwargs)
+        assert len(cached.exported) <= known + 1, "asked for twice, exported at most once"
+        fresh = cached.export_pattern(pattern(), x, False, **kwargs)
+        assert again is not first, "every call gets its own copy"
+        assert first.code == again.code == fresh.code
+        codes.append(fresh.code)
+    assert codes[0] != codes[1], "other flags, another pattern"

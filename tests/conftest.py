@@ -25,6 +25,18 @@ needs_dot = pytest.mark.skipif(
 )
 
 
+def pytest_configure(config):
+    """Refuse a pytest whose node ids pytest-xdist 3.8 cannot tag with their xdist_group: the
+    groups would do nothing, and the built-site tests would share no site (two workers would
+    build it at once into the same generated folders)."""
+    if config.getoption("dist", "no") == "loadgroup" and pytest.version_tuple >= (9, 2):
+        raise pytest.UsageError(
+            f"pytest {pytest.__version__} ignores xdist_group (pytest-xdist's loadgroup sets "
+            "item._nodeid, which pytest 9.2 no longer reads); install the pytest pinned in "
+            "pyproject.toml"
+        )
+
+
 # ------------------------------------------------------- torchao's pattern graphs, exported once
 # torchao exports small pattern graphs (strict torch.export, ~0.2 s each) each time it rewrites:
 # convert_pt2e 96 of them whenever a BatchNorm is left in the graph (its QAT conv-bn patterns),

@@ -26,7 +26,11 @@ from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (  # noqa
 
 from common import handmade, lowering  # noqa: E402
 
-pytestmark = pytest.mark.filterwarnings(r"ignore:`isinstance\(treespec, LeafSpec\)`:FutureWarning")
+pytestmark = [
+    pytest.mark.filterwarnings(r"ignore:`isinstance\(treespec, LeafSpec\)`:FutureWarning"),
+    # One worker lowers the matrix once: test_matrix_reaches_every_rewrite reads all of it.
+    pytest.mark.xdist_group("lowering"),
+]
 
 
 # --- Models that reach the int8-output residual add, which the zoo and M02's models do not ----

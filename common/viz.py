@@ -131,7 +131,9 @@ def _source_text(node: torch.fx.Node) -> str:
     """``file.py:line  code`` of the deepest frame of the node's stack trace in the user's code.
 
     Only the file's name is kept: a full path would make the picture depend on the folder the
-    course was built in. Where every frame is library code, the deepest frame is shown.
+    course was built in. Where every frame is library code, the deepest frame is shown. A
+    GraphModule's generated code is named ``<eval_with_key>.N``, N counting the graphs compiled
+    so far in the process: the count is dropped, as it tells the reader nothing.
     """
     frames = _FRAME.findall(node.meta.get("stack_trace") or "")
     if not frames:
@@ -141,7 +143,8 @@ def _source_text(node: torch.fx.Node) -> str:
     code = code.strip()
     if len(code) > 60:
         code = code[:59] + "…"
-    return f"{os.path.basename(path)}:{line} {code}"
+    name = re.sub(r"^(<eval_with_key>)\.\d+$", r"\1", os.path.basename(path))
+    return f"{name}:{line} {code}"
 
 
 def _tensor_summary(name: str, value) -> str:

@@ -7,6 +7,7 @@ course_conf.py.
 """
 
 import ast
+import hashlib
 import json
 import re
 import zipfile
@@ -38,6 +39,7 @@ def setup(app) -> dict:
     app.connect("html-page-context", lambda *args: _page_context(lang, *args))
     app.connect("autodoc-process-docstring", lambda *args: _lessons_using(lang, *args))
     app.connect("builder-inited", lambda app: _forget_stale_notebooks(app, lang), priority=100)
+    app.connect("builder-inited", lambda app: _rerun_after_common_changed(lang), priority=100)
     app.connect("builder-inited", lambda app: _module_zips(app, lang), priority=900)
     app.connect("source-read", lambda app, docname, source: _source_read(lang, docname, source))
     app.connect("source-read", _hold_kernel_lock)
@@ -281,6 +283,25 @@ def _forget_stale_notebooks(app, lang: str) -> None:
         cells = json.loads(notebook.read_text("utf-8"))["cells"]
         if not cells or "".join(cells[0]["source"]).strip() != first_cell.strip():
             notebook.with_suffix(".py.md5").unlink(missing_ok=True)
+
+
+def _rerun_after_common_changed(lang: str) -> None:
+    """Before the gallery runs: redo every lesson when the code of ``common/`` has changed.
+
+    sphinx-gallery redoes a lesson only when its own script changes, yet the pictures, the
+    printed output and the asserts come from ``common/`` as much as from the lesson.
+    """
+    lessons = DOCS / lang / "lessons"
+    digest = hashlib.sha256()
+    for path in sorted((ROOT / "common").glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    stamp = lessons / "common.sha256"
+    if stamp.exists() and stamp.read_text() == digest.hexdigest():
+        return
+    for md5 in lessons.glob("*/m[0-9][0-9]_*.py.md5"):
+        md5.unlink()
+    lessons.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(digest.hexdigest())
 
 
 def _module_zips(app, lang: str) -> None:

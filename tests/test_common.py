@@ -207,6 +207,17 @@ def test_every_node_tooltip_names_op_target_dtype_and_source(conv_relu_gm):
     assert all(title.strip() for title in titles)
 
 
+def test_source_of_a_re_exported_node_does_not_count_the_graphs_compiled_before():
+    from common.viz import _source_text
+
+    graph = torch.fx.Graph()
+    node = graph.placeholder("x")
+    node.meta["stack_trace"] = (
+        'File "<eval_with_key>.868", line 16, in forward\n    relu = torch.ops.aten.relu(x)\n'
+    )
+    assert _source_text(node) == "<eval_with_key>:16 relu = torch.ops.aten.relu(x)"
+
+
 @needs_dot
 def test_tooltips_give_qparams_of_observers_and_qdq(conv_relu_gm):
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e

@@ -485,10 +485,13 @@ TORCHAO_FAILS = {
     ("reused_relu", "x86", "nonstrict"): (ValueError, "more than one output node"),
 }
 # With a BatchNorm left in the graph, torchao's convert_pt2e exports its QAT conv-bn patterns
-# to look for them (a few seconds each time); these cases run unless deselected with -m "not slow".
+# to look for them (~15 s, once per test worker: tests/conftest.py); these cases run on the
+# worker that lowers the matrix (test_lowering.py), which exports them too, unless deselected
+# with -m "not slow".
 SLOW_MODELS = {"unfolded_bn"}
+SLOW = [pytest.mark.slow, pytest.mark.xdist_group("lowering")]
 MATRIX = [
-    pytest.param(m, q, e, id=f"{m}-{q}-{e}", marks=[pytest.mark.slow] if m in SLOW_MODELS else [])
+    pytest.param(m, q, e, id=f"{m}-{q}-{e}", marks=SLOW if m in SLOW_MODELS else [])
     for m in (*MODEL_NAMES, *TEST_MODELS)
     for q in ("course", "x86", *OWN_QUANTIZERS.get(m, ()))
     for e in EXPORTS

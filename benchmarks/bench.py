@@ -206,13 +206,14 @@ def measure_tests(nox: str) -> tuple[float, list[tuple[str, float, int]]]:
     elapsed = time.perf_counter() - started
     if result.returncode:
         sys.exit(f"nox -s tests failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
-    spent: dict[str, list[float]] = {}
-    for seconds, test in re.findall(
-        r"^([\d.]+)s (?:call|setup|teardown) +(\S+)", result.stdout, re.M
-    ):
+    seconds: dict[str, float] = {}
+    tests: dict[str, set[str]] = {}
+    durations = re.findall(r"^([\d.]+)s (?:call|setup|teardown) +(\S+)", result.stdout, re.M)
+    for spent, test in durations:
         name = re.sub(r"\[.*|@.*", "", test)  # the test function, all its parameters together
-        spent.setdefault(name, []).append(float(seconds))
-    profile = sorted(((n, sum(t), len(t)) for n, t in spent.items()), key=lambda row: -row[1])
+        seconds[name] = seconds.get(name, 0.0) + float(spent)
+        tests.setdefault(name, set()).add(test)
+    profile = sorted(((n, t, len(tests[n])) for n, t in seconds.items()), key=lambda row: -row[1])
     return elapsed, profile
 
 

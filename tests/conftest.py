@@ -37,6 +37,24 @@ def pytest_configure(config):
         )
 
 
+def torch_threads() -> dict[str, str]:
+    """The environment that gives a test's torch one thread per worker, under pytest-xdist.
+
+    The workers are one per core (``-n auto``): with torch's default of one thread per core
+    each, they would take turns on both cores. A run without workers keeps the default, and
+    so do the docs builds the tests start.
+    """
+    return {"OMP_NUM_THREADS": "1"} if os.environ.get("PYTEST_XDIST_WORKER") else {}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_torch_thread_per_worker():
+    if torch_threads():
+        import torch
+
+        torch.set_num_threads(1)
+
+
 # ------------------------------------------------------- torchao's pattern graphs, exported once
 # torchao exports small pattern graphs (strict torch.export, ~0.2 s each) each time it rewrites:
 # convert_pt2e 96 of them whenever a BatchNorm is left in the graph (its QAT conv-bn patterns),

@@ -9,7 +9,14 @@ import sys
 
 import pytest
 
-from conftest import ALL_LESSONS, EXAMPLES, LANGUAGES, exercise_solutions, lessons
+from conftest import (
+    ALL_LESSONS,
+    EXAMPLES,
+    LANGUAGES,
+    exercise_solutions,
+    lessons,
+    torch_threads,
+)
 
 
 def code_only(path) -> str:
@@ -67,7 +74,7 @@ READER_LANGUAGE = "zh_TW"
 @pytest.mark.parametrize("relative", lessons(READER_LANGUAGE), ids=str)
 def test_lesson_runs_as_a_reader_runs_it(relative, tmp_path):
     script = EXAMPLES / READER_LANGUAGE / relative
-    env = {**os.environ, "PT2E_COURSE_DRAW_DIR": str(tmp_path)}
+    env = {**os.environ, **torch_threads(), "PT2E_COURSE_DRAW_DIR": str(tmp_path)}
     # Run from an unrelated folder: the lesson must find common through the installed package.
     result = subprocess.run(
         [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True

@@ -70,14 +70,23 @@ def _sitemap(app, lang: str, exc) -> None:
 
 
 def _generated_pages(app, env, added, changed, removed) -> list[str]:
-    """Pages made from the lessons, read again when they may have changed: when a lesson ran
-    or a page came or went. The course map shows each lesson's picture, the glossary links
-    each term to its lesson, the API page lists the lessons using each function (it imports
-    torch). A rebuild where nothing changed reads and writes none of them.
+    """Pages made from the lessons, read again when they may have changed.
+
+    The course map (each lesson's picture) and the glossary (each term's lesson) when a lesson
+    ran or a page came or went; the API page, which lists the lessons using each function,
+    when those lists changed (reading it imports torch and every module it documents).
     """
+    pages = []
     if app.config.sphinx_gallery_conf["passing_examples"] or added or removed:
-        return ["course_map", "glossary", "api"]
-    return []
+        pages += ["course_map", "glossary"]
+    digest = hashlib.sha256()
+    folder = Path(app.config.sphinx_gallery_conf["backreferences_dir"])
+    for path in sorted(folder.glob("*.examples")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    if getattr(env, "course_lessons_using", None) != digest.hexdigest():
+        env.course_lessons_using = digest.hexdigest()
+        pages.append("api")
+    return pages
 
 
 # MyST notebook pages run a Jupyter kernel while they are read. The two language builds run at

@@ -173,6 +173,19 @@ def measure_m03() -> list[str]:
     return lines
 
 
+NOTES_HEADING = "## Notes on the figures"
+
+
+def kept_notes() -> str:
+    """RESULTS.md's hand-written section (why a target is missed, what was tried): kept as is
+    when the figures are measured again."""
+    text = RESULTS.read_text(encoding="utf-8") if RESULTS.exists() else ""
+    if f"\n{NOTES_HEADING}\n" not in text:
+        return ""
+    notes = NOTES_HEADING + text.split(f"\n{NOTES_HEADING}\n", 1)[1]
+    return "\n" + notes.split(f"\n{M03_HEADING}\n")[0].rstrip("\n") + "\n"
+
+
 def write_m03_section(lines: list[str]) -> None:
     """Replace (or add) the M03-3 section at the end of RESULTS.md, leaving the rest as is."""
     text = RESULTS.read_text(encoding="utf-8") if RESULTS.exists() else "# Benchmark results\n"
@@ -361,7 +374,7 @@ def main() -> None:
     ]
     report = "\n".join(lines) + "\n"
     print(report)
-    RESULTS.write_text(report, encoding="utf-8")
+    RESULTS.write_text(report + kept_notes(), encoding="utf-8")
     print("M03-3 speed and size ...", flush=True)
     m03 = measure_m03()
     print("\n".join(m03))

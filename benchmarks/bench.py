@@ -280,7 +280,10 @@ def main() -> None:
     edit, re_executed = measure_edit_rebuild(docs)
     print("tests ...", flush=True)
     tests, profile = measure_tests(nox)
-    ci = None if args.no_ci else (print("CI on a fresh clone ...", flush=True), measure_ci())[1]
+    ci = None
+    if not args.no_ci:
+        print("CI on a fresh clone ...", flush=True)
+        ci = measure_ci()
     print("draw ...", flush=True)
     draw_rows = measure_draw(args.repeat)
 

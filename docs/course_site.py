@@ -79,14 +79,19 @@ def _generated_pages(app, env, added, changed, removed) -> list[str]:
     pages = []
     if app.config.sphinx_gallery_conf["passing_examples"] or added or removed:
         pages += ["course_map", "glossary"]
-    digest = hashlib.sha256()
-    folder = Path(app.config.sphinx_gallery_conf["backreferences_dir"])
-    for path in sorted(folder.glob("*.examples")):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    if getattr(env, "course_lessons_using", None) != digest.hexdigest():
-        env.course_lessons_using = digest.hexdigest()
+    lists = _digest(Path(app.config.sphinx_gallery_conf["backreferences_dir"]).glob("*.examples"))
+    if getattr(env, "course_lessons_using", None) != lists:
+        env.course_lessons_using = lists
         pages.append("api")
     return pages
+
+
+def _digest(paths) -> str:
+    """SHA-256 of the files' names and contents, in name order."""
+    digest = hashlib.sha256()
+    for path in sorted(paths):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
 
 
 # MyST notebook pages run a Jupyter kernel while they are read. The two language builds run at
@@ -301,16 +306,14 @@ def _rerun_after_common_changed(lang: str) -> None:
     printed output and the asserts come from ``common/`` as much as from the lesson.
     """
     lessons = DOCS / lang / "lessons"
-    digest = hashlib.sha256()
-    for path in sorted((ROOT / "common").glob("*.py")):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    common = _digest((ROOT / "common").glob("*.py"))
     stamp = lessons / "common.sha256"
-    if stamp.exists() and stamp.read_text() == digest.hexdigest():
+    if stamp.exists() and stamp.read_text() == common:
         return
     for md5 in lessons.glob("*/m[0-9][0-9]_*.py.md5"):
         md5.unlink()
     lessons.mkdir(parents=True, exist_ok=True)
-    stamp.write_text(digest.hexdigest())
+    stamp.write_text(common)
 
 
 def _module_zips(app, lang: str) -> None:

@@ -64,6 +64,12 @@ def one_torch_thread_per_worker():
 # them as torchao does; tests/test_handmade.py checks that a cached graph is the fresh one.
 
 
+# Tests that make torchao export its BatchNorm patterns (~15 s the first time in a worker) run
+# on one worker: the lowering matrix (which its test_matrix_reaches_every_rewrite reads whole),
+# handmade's unfolded_bn cases, and M04-3 (QAT) run in-process.
+ON_THE_PATTERN_WORKER = pytest.mark.xdist_group("torchao_patterns")
+
+
 def pattern_key(pattern, example_inputs, is_cuda=False, **kwargs):
     """What a torchao pattern graph depends on, or None when that cannot be told (not cached)."""
     function = getattr(pattern, "fn", pattern)  # torchao wraps some patterns in WrapperModule

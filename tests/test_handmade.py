@@ -15,6 +15,8 @@ from torch import nn
 from common.models import MODEL_NAMES, example_inputs, get_model
 from common.pt2e import calibrate, export_module, quiet, x86_quantizer
 
+from conftest import ON_THE_PATTERN_WORKER, pattern_key
+
 quiet()
 
 from torchao.quantization.pt2e.observer import MinMaxObserver, PlaceholderObserver  # noqa: E402
@@ -485,11 +487,10 @@ TORCHAO_FAILS = {
     ("reused_relu", "x86", "nonstrict"): (ValueError, "more than one output node"),
 }
 # With a BatchNorm left in the graph, torchao's convert_pt2e exports its QAT conv-bn patterns
-# to look for them (~15 s, once per test worker: tests/conftest.py); these cases run on the
-# worker that lowers the matrix (test_lowering.py), which exports them too, unless deselected
-# with -m "not slow".
+# to look for them (~15 s, once per test worker: tests/conftest.py); these cases run unless
+# deselected with -m "not slow".
 SLOW_MODELS = {"unfolded_bn"}
-SLOW = [pytest.mark.slow, pytest.mark.xdist_group("lowering")]
+SLOW = [pytest.mark.slow, ON_THE_PATTERN_WORKER]
 MATRIX = [
     pytest.param(m, q, e, id=f"{m}-{q}-{e}", marks=SLOW if m in SLOW_MODELS else [])
     for m in (*MODEL_NAMES, *TEST_MODELS)
@@ -762,8 +763,6 @@ def test_torchaos_pattern_graphs_from_the_tests_cache_are_freshly_exported_ones(
     asked for again (a new closure over the same flags) gets a copy of the same graph, and
     patterns with other flags get their own."""
     from torchao.quantization.pt2e import qat_utils
-
-    from conftest import pattern_key
 
     cached = torchao_patterns_exported_once
     x = (torch.randn(1, 1, 3, 3), torch.randn(1, 1, 1, 1), *torch.randn(4, 1))

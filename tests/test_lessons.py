@@ -13,6 +13,7 @@ from conftest import (
     ALL_LESSONS,
     EXAMPLES,
     LANGUAGES,
+    ON_THE_PATTERN_WORKER,
     exercise_solutions,
     lessons,
     torch_threads,
@@ -84,16 +85,14 @@ def test_lesson_runs_as_a_reader_runs_it(relative, tmp_path):
     assert list(tmp_path.glob("*.svg")), f"{script} drew no picture"
 
 
-# QAT keeps its BatchNorms until convert_pt2e, which then exports torchao's conv-bn patterns
-# (~15 s, once per test worker: tests/conftest.py). These lessons run on the worker that has
-# exported them already, for the matrices of test_handmade.py and test_lowering.py.
+# QAT keeps its BatchNorms until convert_pt2e, which then exports torchao's conv-bn patterns.
 EXPORT_BN_PATTERNS = {"m04_3_qat.py"}
 IN_PROCESS = [
     pytest.param(
         lang,
         relative,
         id=f"{lang}-{relative}",
-        marks=[pytest.mark.xdist_group("lowering")] if relative.name in EXPORT_BN_PATTERNS else [],
+        marks=[ON_THE_PATTERN_WORKER] if relative.name in EXPORT_BN_PATTERNS else [],
     )
     for lang, relative in ALL_LESSONS
 ]

@@ -15,6 +15,8 @@ from torch import nn
 from common.models import LARGE_MODEL_NAMES, MODEL_NAMES, example_inputs, get_model, input_shape
 from common.pt2e import calibrate, export_module, quiet, x86_quantizer
 
+from conftest import ON_THE_PATTERN_WORKER
+
 quiet()
 
 from torchao.quantization.pt2e.lowering import lower_pt2e_quantized_to_x86  # noqa: E402
@@ -28,8 +30,7 @@ from common import handmade, lowering  # noqa: E402
 
 pytestmark = [
     pytest.mark.filterwarnings(r"ignore:`isinstance\(treespec, LeafSpec\)`:FutureWarning"),
-    # One worker lowers the matrix once: test_matrix_reaches_every_rewrite reads all of it.
-    pytest.mark.xdist_group("lowering"),
+    ON_THE_PATTERN_WORKER,  # one worker lowers the matrix once (tests/conftest.py)
 ]
 
 

@@ -1,0 +1,215 @@
+"""What this CPU gives int8 kernels (ISA, VNNI, AMX, bf16), and running a step under another ISA."""
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+__all__ = ["ISA_PATHS", "CpuInfo", "describe", "isa_environment", "run_under_isa"]
+
+#: The kernel paths a lesson can ask for, weakest first, and the variables that cap oneDNN's
+#: and ATen's instruction sets in a fresh process (both are read once, at first use, so they
+#: cannot change inside a running interpreter). A cap never raises a path above what the
+#: hardware has; ATen is capped only on the AVX2 path, since AVX512 is its best on x86.
+ISA_PATHS = {
+    "AVX2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"},
+    "AVX512_CORE": {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE"},
+    "AVX512_CORE_VNNI": {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_VNNI"},
+}
+
+# oneDNN's names for the int8 paths, weakest first; a cap never raises the path above what
+# the hardware has.
+_ONEDNN_ORDER = ("AVX2", "AVX2_VNNI", "AVX512_CORE", "AVX512_CORE_VNNI", "AVX512_CORE_AMX")
+_MARK = "@@pt2e-course-result@@"
+
+
+@dataclass(frozen=True)
+class CpuInfo:
+    """One CPU as the int8 kernels see it; ``describe()`` makes one.
+
+    Attributes:
+        name: the CPU's name as torch reads it (e.g. ``"AMD EPYC"``).
+        aten: ATen's vector ISA, ``torch.backends.cpu.get_cpu_capability()``
+            (``"AVX2"``, ``"AVX512"``; it says ``"AVX512"`` with or without VNNI).
+        onednn: the instruction set oneDNN's int8 kernels use, in oneDNN's names
+            (``"AVX2"``, ``"AVX512_CORE"``, ``"AVX512_CORE_VNNI"``, ...): the best the
+            hardware has, lowered by ``ONEDNN_MAX_CPU_ISA`` when that is set.
+        vnni: True when those kernels have VNNI, the instruction that adds int8 products
+            into int32 in one step (without it, pairs of products go through int16 and can
+            saturate).
+        amx_int8: the hardware has AMX tiles for int8 (and oneDNN is allowed to use them).
+        bf16: the hardware computes bfloat16 natively (``avx512_bf16`` or ``amx_bf16``) and
+            oneDNN is allowed AVX-512.
+        threads: ``torch.get_num_threads()``.
+        cores: logical cores.
+        emulated: True when ``ONEDNN_MAX_CPU_ISA`` or ``ATEN_CPU_CAPABILITY`` caps the path.
+    """
+
+    name: str
+    aten: str
+    onednn: str
+    vnni: bool
+    amx_int8: bool
+    bf16: bool
+    threads: int
+    cores: int
+    emulated: bool
+
+    @property
+    def verdict(self) -> str:
+        """One line for a page: the ISA, VNNI, AMX and bf16 yes/no, and the threads."""
+        yes = {True: "yes", False: "no"}
+        capped = " (capped by ONEDNN_MAX_CPU_ISA/ATEN_CPU_CAPABILITY)" if self.emulated else ""
+        return (
+            f"{self.name}: ATen {self.aten}, oneDNN int8 path {self.onednn}{capped}; "
+            f"VNNI {yes[self.vnni]}, AMX {yes[self.amx_int8]}, bf16 {yes[self.bf16]}; "
+            f"{self.threads} of {self.cores} threads"
+        )
+
+    @property
+    def kernel_path(self) -> str:
+        """A short key naming the float and int8 kernels in use, e.g. ``"AVX512+AVX512_CORE_VNNI"``.
+
+        Two processes with the same key run the same instructions; the trained-weights cache
+        is keyed by it, since float kernels of different ISAs round differently.
+        """
+        return f"{self.aten}+{self.onednn}"
+
+    def as_dict(self) -> dict:
+        """The fields as a plain dict (for JSON)."""
+        return asdict(self)
+
+
+def _native_onednn(caps: dict) -> str:
+    if caps.get("amx_int8") and caps.get("avx512_vnni"):
+        return "AVX512_CORE_AMX"
+    if caps.get("avx512_vnni"):
+        return "AVX512_CORE_VNNI"
+    if caps.get("avx512_bw") and caps.get("avx512_vl") and caps.get("avx512_dq"):
+        return "AVX512_CORE"
+    if caps.get("avx_vnni"):
+        return "AVX2_VNNI"
+    return "AVX2"
+
+
+def describe() -> CpuInfo:
+    """Read this process's CPU and kernel path.
+
+    The hardware comes from ``torch.cpu.get_capabilities()`` (every OS, no ``/proc``); the
+    caps from this process's environment, as oneDNN and ATen read them.
+
+    Returns:
+        CpuInfo: the CPU, its int8 path and the thread count.
+
+    >>> info = describe()
+    >>> info.onednn in ("AVX2", "AVX2_VNNI", "AVX512_CORE", "AVX512_CORE_VNNI", "AVX512_CORE_AMX")
+    True
+    >>> info.vnni == info.onednn.endswith(("VNNI", "AMX"))
+    True
+    """
+    caps = torch.cpu.get_capabilities()
+    onednn = _native_onednn(caps)
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper()
+    if cap in _ONEDNN_ORDER and _ONEDNN_ORDER.index(cap) < _ONEDNN_ORDER.index(onednn):
+        onednn = cap
+    return CpuInfo(
+        name=str(caps.get("cpu_name") or "unknown CPU"),
+        aten=torch.backends.cpu.get_cpu_capability(),
+        onednn=onednn,
+        vnni=onednn.endswith(("VNNI", "AMX")),
+        amx_int8=onednn == "AVX512_CORE_AMX",
+        bf16=bool(caps.get("avx512_bf16") or caps.get("amx_bf16"))
+        and _ONEDNN_ORDER.index(onednn) >= _ONEDNN_ORDER.index("AVX512_CORE"),
+        threads=torch.get_num_threads(),
+        cores=int(caps.get("num_logical_cores") or os.cpu_count() or 1),
+        emulated=bool(cap or os.environ.get("ATEN_CPU_CAPABILITY")),
+    )
+
+
+def isa_environment(isa: str) -> dict:
+    """The environment variables that cap a fresh process at ``isa``.
+
+    Args:
+        isa: one of ``ISA_PATHS`` (``"AVX2"``, ``"AVX512_CORE"``, ``"AVX512_CORE_VNNI"``),
+            or ``"native"`` for no cap.
+
+    Returns:
+        dict: variable name to value (empty for ``"native"``).
+
+    Raises:
+        ValueError: for an unknown ``isa``; the message lists the valid ones.
+
+    >>> isa_environment("AVX2")
+    {'ONEDNN_MAX_CPU_ISA': 'AVX2', 'ATEN_CPU_CAPABILITY': 'avx2'}
+    >>> isa_environment("SSE")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown ISA 'SSE' (one of: native, AVX2, AVX512_CORE, AVX512_CORE_VNNI)
+    """
+    if isa == "native":
+        return {}
+    if isa not in ISA_PATHS:
+        raise ValueError(f"unknown ISA {isa!r} (one of: {', '.join(['native', *ISA_PATHS])})")
+    return dict(ISA_PATHS[isa])
+
+
+def run_under_isa(isa: str, source: str, *, timeout: float = 900) -> dict:
+    """Run ``source`` in a fresh Python capped at ``isa``; return its ``result`` and its CPU.
+
+    oneDNN and ATen read their ISA caps once per process, so the only way to see another
+    kernel path from a running lesson is a new interpreter. ``source`` runs with ``common``
+    importable and ``quiet()`` already applied, and must assign a JSON-serialisable
+    ``result``. What it prints is discarded; an exception is re-raised here with its message.
+
+    Emulation changes the instructions, hence the numbers they compute; it does not give a
+    real AVX2 chip's speed.
+
+    Args:
+        isa: ``"native"`` or one of ``ISA_PATHS``.
+        source: Python statements that set ``result``.
+        timeout: seconds before the subprocess is stopped.
+
+    Returns:
+        dict: ``{"result": <result>, "cpu": CpuInfo.as_dict() of the subprocess}``.
+
+    Raises:
+        ValueError: for an unknown ``isa``.
+        RuntimeError: if ``source`` fails or sets no ``result``; the message ends with the
+            subprocess's last error line.
+    """
+    env = {**os.environ, **isa_environment(isa)}
+    if isa == "native":
+        env.pop("ONEDNN_MAX_CPU_ISA", None)
+        env.pop("ATEN_CPU_CAPABILITY", None)
+    root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    program = "\n".join(
+        [
+            "import json",
+            "from common.pt2e import quiet",
+            "quiet()",
+            source,
+            "from common.cpu import describe",
+            f"print({_MARK!r} + json.dumps({{'result': result, 'cpu': describe().as_dict()}}))",
+        ]
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith(_MARK)]
+    if done.returncode or not lines:
+        errors = [line for line in done.stderr.strip().splitlines() if line.strip()]
+        last = errors[-1] if errors else "no result was printed"
+        raise RuntimeError(
+            f"the step run under ISA {isa} failed (exit {done.returncode}): {last}"
+        )
+    return json.loads(lines[-1][len(_MARK) :])

@@ -76,9 +76,9 @@ module_calls = [node.target for node in gm.graph.find_nodes(op="call_module")]
 print(f"匯出的圖裡，call_module 的 target：{module_calls}")
 print(f"模型最底層的子模組：{leaf_modules}")
 assert exported["get_attr"] == len(model.state_dict()), "每個 parameter 或 buffer 一個 get_attr"
-assert module_calls == ["_guards_fn"], "the only call_module: _guards_fn"
-assert exported["call_method"] == 0, "export: no call_method"
-assert traced["get_attr"] == 0, "symbolic_trace: the weights stay inside the modules"
+assert module_calls == ["_guards_fn"], "唯一的 call_module 是 _guards_fn"
+assert exported["call_method"] == 0, "export 的圖沒有 call_method"
+assert traced["get_attr"] == 0, "symbolic_trace：weight 留在各個模組裡"
 assert traced["call_module"] == len(leaf_modules), "symbolic_trace：每一層一個 call_module"
 
 # %%
@@ -93,10 +93,10 @@ print(f"{type(conv.target).__name__}: {conv.target}")
 print(f"schema: {conv.target._schema}")
 for name in ("x", "conv_weight", "_guards_fn", "output"):
     print(f"{nodes[name].op:12} {name:12} target={nodes[name].target!r}")
-assert isinstance(conv.target, torch._ops.OpOverload), "an OpOverload"
+assert isinstance(conv.target, torch._ops.OpOverload), "target 是一個 OpOverload"
 assert conv.target == torch.ops.aten.conv2d.default, "直接拿 op 本身來比較 target"
 other_targets = [n.target for n in gm.graph.nodes if n.op != "call_function"]
-assert all(isinstance(t, str) for t in other_targets), "a string for the other kinds"
+assert all(isinstance(t, str) for t in other_targets), "其他種類的 target 是字串"
 
 # %%
 # overload 不能忽略：``torch.flatten(x, 1)`` 被記成 ``aten.flatten.using_ints``，
@@ -105,8 +105,8 @@ assert all(isinstance(t, str) for t in other_targets), "a string for the other k
 
 flatten = nodes["flatten"]
 print(f"{flatten.target.name()}   overloadpacket: {flatten.target.overloadpacket}")
-assert flatten.target == torch.ops.aten.flatten.using_ints, "not .default"
-assert flatten.target.overloadpacket == torch.ops.aten.flatten, "any flatten overload"
+assert flatten.target == torch.ops.aten.flatten.using_ints, "是 using_ints，不是 .default"
+assert flatten.target.overloadpacket == torch.ops.aten.flatten, "overloadpacket 涵蓋 flatten 的每個 overload"
 
 # %%
 # 步驟 3 — args 與 kwargs：node 讀取什麼
@@ -120,7 +120,7 @@ for argument, value in zip(schema_args, conv.args, strict=False):
     kind = "node" if isinstance(value, torch.fx.Node) else "常數"
     print(f"{argument.name:8} = {value!s:12} ({kind})")
 print(f"kwargs = {conv.kwargs}")
-assert [a.name for a in conv.args[:3]] == ["x", "conv_weight", "conv_bias"], "tensors: nodes"
+assert [a.name for a in conv.args[:3]] == ["x", "conv_weight", "conv_bias"], "張量引數是 node"
 assert conv.args[3:] == ([1, 1], [1, 1]) and conv.kwargs == {}, "stride 為 1、padding 為 1"
 assert len(conv.args) == 5 < len(schema_args) == 7, "dilation 與 groups 維持預設值"
 
@@ -133,9 +133,9 @@ pool = nodes["max_pool2d"]
 print(f"conv2d.all_input_nodes     = {conv.all_input_nodes}")
 print(f"max_pool2d.args            = {pool.args}")
 print(f"max_pool2d.all_input_nodes = {pool.all_input_nodes}")
-assert conv.all_input_nodes == [a for a in conv.args if isinstance(a, torch.fx.Node)], "nodes"
-assert pool.args[1:] == ([2, 2], [2, 2]), "kernel size 2, stride 2"
-assert pool.all_input_nodes == [nodes["relu"]], "its only input node is relu"
+assert conv.all_input_nodes == [a for a in conv.args if isinstance(a, torch.fx.Node)], "all_input_nodes 就是 args 裡的 node"
+assert pool.args[1:] == ([2, 2], [2, 2]), "kernel 大小 2、stride 2"
+assert pool.all_input_nodes == [nodes["relu"]], "它唯一的輸入 node 是 relu"
 
 # %%
 # 步驟 4 — users 與 all_input_nodes：兩個方向
@@ -145,8 +145,8 @@ assert pool.all_input_nodes == [nodes["relu"]], "its only input node is relu"
 
 print(f"x.users = {list(nodes['x'].users)}")
 print(f"conv2d.all_input_nodes = {conv.all_input_nodes}   conv2d.users = {list(conv.users)}")
-assert list(nodes["x"].users) == [conv, nodes["_guards_fn"]], "x: the conv and the guard"
-assert list(conv.users) == [nodes["batch_norm"]], "batch_norm reads conv2d"
+assert list(nodes["x"].users) == [conv, nodes["_guards_fn"]], "讀 x 的是 conv 和 guard"
+assert list(conv.users) == [nodes["batch_norm"]], "batch_norm 讀 conv2d"
 draw(gm, highlight=["x", "conv2d", "_guards_fn"], title="x 與它的兩個使用者")
 
 # %%
@@ -158,8 +158,8 @@ for node in gm.graph.nodes:
         assert node in source.users, f"{source.name} -> {node.name} 不在 users 裡"
     for user in node.users:
         assert node in user.all_input_nodes, f"{node.name} -> {user.name} 不在輸入裡"
-assert not nodes["x"].all_input_nodes, "a placeholder reads nothing"
-assert not nodes["output"].users, "nothing reads the output node"
+assert not nodes["x"].all_input_nodes, "placeholder 不讀任何 node"
+assert not nodes["output"].users, "沒有 node 讀 output"
 print("每條邊在兩個方向都找得到")
 
 # %%
@@ -170,7 +170,7 @@ print("每條邊在兩個方向都找得到")
 
 val = conv.meta["val"]
 print(f"{type(val).__name__}  shape={tuple(val.shape)}  dtype={val.dtype}  device={val.device}")
-assert isinstance(val, FakeTensor), "meta['val'] is a FakeTensor"
+assert isinstance(val, FakeTensor), "meta['val'] 是 FakeTensor"
 with expect_error(DataDependentOutputException):
     torch.equal(val, val)
 
@@ -188,13 +188,13 @@ for node, real in interpreter.env.items():
     if isinstance(real, torch.Tensor) and node.op == "call_function":
         print(f"{node.name:11} 假 {tuple(fake.shape)!s:16} 真 {tuple(real.shape)}")
     if isinstance(real, torch.Tensor):
-        assert fake.shape == real.shape and fake.dtype == real.dtype, f"{node.name}: fake = real"
+        assert fake.shape == real.shape and fake.dtype == real.dtype, f"{node.name}：fake 與真實張量的形狀、dtype 相同"
 
 # %%
 # 注意 ``meta["val"]`` 裡的 batch 大小是 2，也就是範例輸入的 batch：
 # 這正是 ``_guards_fn`` 檢查的那個固定下來的大小（M00-1）。
 
-assert nodes["linear"].meta["val"].shape == (x.shape[0], 10), "batch 2, as exported"
+assert nodes["linear"].meta["val"].shape == (x.shape[0], 10), "批次大小 2，和匯出時一樣"
 
 # %%
 # 步驟 6 — meta["nn_module_stack"]：node 來自哪個模組
@@ -222,8 +222,8 @@ assert flatten_stack == [("", "common.models.SmallCNN")], "由根模組自己的
 print(f"meta 裡有 source_fn_stack 嗎？{'source_fn_stack' in conv.meta}")
 for node in calls:
     print(f"{node.name:11} torch_fn={node.meta['torch_fn']}")
-assert not any("source_fn_stack" in node.meta for node in gm.graph.nodes), "not filled"
-assert conv.meta["torch_fn"][1] == "builtin_function_or_method.conv2d", "torch_fn instead"
+assert not any("source_fn_stack" in node.meta for node in gm.graph.nodes), "沒有填入 source_fn_stack"
+assert conv.meta["torch_fn"][1] == "builtin_function_or_method.conv2d", "改為記錄 torch_fn"
 
 # %%
 # ``strict=True`` 的 export 用 TorchDynamo 追蹤 bytecode，就會記下 ``source_fn_stack``：
@@ -238,7 +238,7 @@ for node in strict_gm.graph.nodes:
     name, source = node.meta["source_fn_stack"][-1]
     print(f"{node.name:11} source_fn_stack[-1]=({name!r}, {source.__name__})")
 strict_conv = next(n for n in strict_gm.graph.nodes if n.name == "conv2d")
-assert strict_conv.meta["source_fn_stack"][-1][1] is torch.nn.Conv2d, "strict: the module class"
+assert strict_conv.meta["source_fn_stack"][-1][1] is torch.nn.Conv2d, "strict 匯出記下模組類別"
 
 # %%
 # 小結

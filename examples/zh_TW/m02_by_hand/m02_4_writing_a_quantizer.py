@@ -115,8 +115,8 @@ draw(course, title="CourseQuantizer：add_ 與 sigmoid 留在浮點數")
 float_ops = [
     n.name for n in course.graph.nodes if n.target in (aten.add_.Tensor, aten.sigmoid.default)
 ]
-assert float_ops == ["add_", "sigmoid"], "the residual add and the sigmoid are float"
-assert not {"add_", "sigmoid"} & set(annotated(course)), "the course quantizer leaves them alone"
+assert float_ops == ["add_", "sigmoid"], "殘差的 add 與 sigmoid 留在浮點數"
+assert not {"add_", "sigmoid"} & set(annotated(course)), "課程的 quantizer 不碰它們"
 
 # %%
 # 步驟 2 — transform_for_annotation：一種 pattern 取代兩種
@@ -130,14 +130,14 @@ assert not {"add_", "sigmoid"} & set(annotated(course)), "the course quantizer l
 class Step2Quantizer(CourseQuantizer):
     def transform_for_annotation(self, model):
         for node in model.graph.find_nodes(op="call_function", target=aten.add_.Tensor):
-            if len(node.args[0].users) == 1:  # nobody else sees the mutated tensor
+            if len(node.args[0].users) == 1:  # 沒有別的 node 看得到被改動的張量
                 node.target = aten.add.Tensor
         model.recompile()
         return model
 
 
 step2 = prepared_by(handmade.prepare, Step2Quantizer())
-assert step2.graph.find_nodes(op="call_function", target=aten.add.Tensor), "add_ became add"
+assert step2.graph.find_nodes(op="call_function", target=aten.add.Tensor), "add_ 變成了 add"
 assert not step2.graph.find_nodes(op="call_function", target=aten.add_.Tensor)
 
 # %%
@@ -187,7 +187,7 @@ x_observer, w_observer, b_observer = (step3.get_submodule(arg.target) for arg in
 bias_scale = b_observer.calculate_qparams()[0]
 print("bias scale[:3] =", bias_scale[:3])
 expected_scale = x_observer.calculate_qparams()[0] * w_observer.calculate_qparams()[0]
-assert torch.equal(bias_scale, expected_scale), "bias scale = input scale × weight scale"
+assert torch.equal(bias_scale, expected_scale), "bias 的 scale = 輸入的 scale × weight 的 scale"
 
 # %%
 # 步驟 4 — add（與 cat）共用 scale
@@ -221,7 +221,7 @@ add = next(iter(step4.graph.find_nodes(op="call_function", target=aten.add.Tenso
 add_observers = {id(step4.get_submodule(n.target)) for n in [*add.args[:2], *add.users]}
 print("add 周圍不同的 observer 數：", len(add_observers))
 draw(step4, highlight=[add.name], title="步驟 4：add 共用一個 observer")
-assert len(add_observers) == 1, "both inputs and the output of add share one observer"
+assert len(add_observers) == 1, "add 的兩個輸入和輸出共用一個 observer"
 
 # %%
 # 步驟 5 — allow_implicit_sharing
@@ -248,7 +248,7 @@ def count_observers(gm):
 
 separate = prepared_by(handmade.prepare, NoImplicitSharing())
 print("observer 數：共用", count_observers(step4), "個；不共用", count_observers(separate), "個")
-assert count_observers(separate) > count_observers(step4), "no implicit sharing: more observers"
+assert count_observers(separate) > count_observers(step4), "沒有隱式共用，observer 就變多"
 
 # %%
 # 步驟 6 — sigmoid 的固定 qparams
@@ -278,7 +278,7 @@ converted = handmade.convert(ours)
 sigmoid = next(iter(converted.graph.find_nodes(op="call_function", target=aten.sigmoid.default)))
 q_out = next(iter(sigmoid.users))
 print(q_out.target, q_out.args[1:])
-assert q_out.args[1:3] == (1 / 256, 0), "sigmoid's output: scale 1/256, zero point 0"
+assert q_out.args[1:3] == (1 / 256, 0), "sigmoid 的輸出：scale 1/256、zero point 0"
 draw(converted, highlight=[q_out.name], title="步驟 6：sigmoid 用固定 qparams，convert 之後")
 
 # %%
@@ -336,17 +336,17 @@ with expect_error(ValueError, match="no torch.int16 kernels"):
 converted = handmade.convert(prepared_by(handmade.prepare, BackendQuantizer()))
 theirs = convert_pt2e(prepared_by(prepare_pt2e, BackendQuantizer()))
 fresh = example_inputs(4, seed=123)
-assert converted.code == theirs.code, "the same converted graph"
+assert converted.code == theirs.code, "convert 後的圖相同"
 assert converted.state_dict().keys() == theirs.state_dict().keys()
 assert all(torch.equal(v, converted.state_dict()[k]) for k, v in theirs.state_dict().items())
-assert torch.equal(converted(*fresh), theirs(*fresh)), "bit-exact with torchao"
+assert torch.equal(converted(*fresh), theirs(*fresh)), "和 torchao 逐位元相同"
 int32 = [
     k
     for k, v in converted.state_dict().items()
     if v.dtype == torch.int32 and v.ndim == 1 and "zero_point" not in k
 ]
 print("int32 常數（事先量化的 bias）：", int32)
-assert len(int32) == 4, "the four conv biases are int32 constants"
+assert len(int32) == 4, "四個 conv 的 bias 都是 int32 常數"
 
 # %%
 # 步驟 9 — 當 torchao 自己的 quantizer 在一般程式碼上失敗
@@ -393,12 +393,12 @@ def seeded(cls):
 
 passes = ((prepare_pt2e, convert_pt2e), (handmade.prepare, handmade.convert))
 fixed = [convert(prepared_by(p, x86_quantizer(), seeded(OwnReLUs))) for p, convert in passes]
-assert torch.equal(fixed[0](*fresh), fixed[1](*fresh)), "one nn.ReLU per use: works, bit-exact"
+assert torch.equal(fixed[0](*fresh), fixed[1](*fresh)), "每處用一個 nn.ReLU：可行，而且逐位元相同"
 strict = [
     convert(prepared_by(p, x86_quantizer(), seeded(ReusedReLU), strict=True))
     for p, convert in passes
 ]
-assert torch.equal(strict[0](*fresh), strict[1](*fresh)), "strict export: works, bit-exact"
+assert torch.equal(strict[0](*fresh), strict[1](*fresh)), "strict 匯出：可行，而且逐位元相同"
 
 # %%
 # 總結
@@ -429,7 +429,7 @@ assert torch.equal(strict[0](*fresh), strict[1](*fresh)), "strict export: works,
 #                  return model
 #
 #          plain = prepared_by(handmade.prepare, NoTransform())
-#          assert "add_" not in annotated(plain), "add_ is not matched: it stays float"
+#          assert "add_" not in annotated(plain), "add_ 比對不到，所以留在浮點數"
 #
 # 2. 把 sigmoid 的固定 scale 從 1/256 改成 1/128。預測量化後的 sigmoid 輸出最多有幾種不同的值。
 #
@@ -451,7 +451,7 @@ assert torch.equal(strict[0](*fresh), strict[1](*fresh)), "strict export: works,
 #
 #
 #          out = handmade.convert(prepared_by(handmade.prepare, Coarser()))(*fresh)
-#          assert len(out.unique()) <= 129, "[0, 1] in steps of 1/128: at most 129 values"
+#          assert len(out.unique()) <= 129, "[0, 1] 以 1/128 為一格：最多 129 種值"
 #
 # 3. 把 ``BackendQuantizer`` 用在一個 conv 設了 ``bias=False`` 的模型上。預測 int32 bias 的
 #    annotation 在那裡會怎樣。

@@ -54,7 +54,7 @@ print(f"x: {tuple(x.shape)}")
 
 program = torch.export.export(model, (x,))
 print(type(program).__name__)
-assert isinstance(program, torch.export.ExportedProgram), "export 傳回 ExportedProgram"
+assert isinstance(program, torch.export.ExportedProgram), "export 回傳 ExportedProgram"
 draw(program.graph_module, title="ExportedProgram：weight 是圖的輸入")
 
 # %%
@@ -127,9 +127,9 @@ with expect_error(RuntimeError, match="module()"):
 # %%
 # 步驟 3 — 用 .module() 取得 GraphModule
 # --------------------------------------
-# ``program.module()`` 傳回 ``torch.fx.GraphModule``：一個 ``forward`` 由圖產生的 ``nn.Module``。
+# ``program.module()`` 回傳 ``torch.fx.GraphModule``：一個 ``forward`` 由圖產生的 ``nn.Module``。
 # ``prepare_pt2e`` 與 ``convert_pt2e`` 吃的就是這個形式，
-# ``common.pt2e.export_module`` 傳回的也是它。
+# ``common.pt2e.export_module`` 回傳的也是它。
 
 gm = program.module()
 is_graph_module, is_module = isinstance(gm, torch.fx.GraphModule), isinstance(gm, torch.nn.Module)
@@ -161,7 +161,7 @@ assert not unread.users, "沒有人讀 bn_num_batches_tracked"
 # ------------------------------
 # export 記下的是「這個」 ``x`` 的圖：沒有指定 ``dynamic_shapes`` 時，每個維度的大小都固定，
 # 連 batch 大小 2 也是。所以 ``.module()`` 會在 placeholder 後面插入一個 ``call_module`` node，
-# 拿輸入去呼叫子模組 ``_guards_fn``。它檢查輸入是否符合這些假設，不傳回任何東西，
+# 拿輸入去呼叫 submodule ``_guards_fn``。它檢查輸入是否符合這些假設，不回傳任何東西，
 # 因此這個 node 沒有使用者。
 
 guards = next(node for node in gm.graph.nodes if node.name == "_guards_fn")
@@ -169,7 +169,7 @@ print(f"op={guards.op!r}  target={guards.target!r}")
 print(f"args={guards.args}  users={list(guards.users)}")
 assert guards.op == "call_module" and guards.target == "_guards_fn", "一個 call_module node"
 assert [node.name for node in guards.args] == ["x"], "它讀取輸入"
-assert not guards.users, "它不傳回任何東西，所以沒有人讀它"
+assert not guards.users, "它不回傳任何東西，所以沒有人讀它"
 
 # %%
 # eager 模型吃得下 batch 為 3 的輸入，匯出的圖卻拒絕它；
@@ -206,7 +206,7 @@ with expect_error(RuntimeError, match=f"to be equal to {x.shape[0]}"):
 
 print(gm.code.strip())
 assert "conv_weight = self.conv.weight" in gm.code, "get_attr node 就是讀取屬性"
-assert "self._guards_fn(x)" in gm.code, "guard node 就是呼叫子模組"
+assert "self._guards_fn(x)" in gm.code, "guard node 就是呼叫 submodule"
 
 # %%
 # ``print_readable`` 印出同樣的程式碼，並標上每個值的 dtype 與形狀（取自 node 的 ``meta["val"]``，

@@ -6,8 +6,8 @@ M00-2 拆解一個 node
 它是哪一種 node（``op``）、呼叫什麼（``target``）、讀取什麼（``args``／``kwargs``）、
 被誰讀取（``users``），以及一個由 export 記下各種資訊的 ``meta`` 字典。
 本課把一個小 CNN 的 node 逐欄拆開，並把每個欄位拿回模型上驗證：
-``meta`` 裡的形狀對照真正執行一次的結果，``meta`` 裡的模組名稱對照模型自己的子模組。
-量化器決定在哪裡量化，靠的正是這些欄位。
+``meta`` 裡的形狀對照真正執行一次的結果，``meta`` 裡的模組名稱對照模型自己的 submodule。
+quantizer 決定在哪裡量化，靠的正是這些欄位。
 
 **你會學到**
 
@@ -67,14 +67,14 @@ assert set(exported) | set(traced) | set(method) == set(OP_KINDS), "只有這六
 # 在匯出的圖裡，所有計算都是呼叫 ATen 運算子的 ``call_function``；
 # weight 是 ``get_attr`` node（``state_dict`` 的每一項各一個）；
 # 唯一的 ``call_module`` 是 M00-1 提過的 ``_guards_fn``。
-# ``symbolic_trace`` 則把每個子模組保留成一個 ``call_module`` node，weight 留在模組裡面；
+# ``symbolic_trace`` 則把每個 submodule 保留成一個 ``call_module`` node，weight 留在模組裡面；
 # 像 ``t.flatten(1)`` 這樣的 tensor 方法會變成 ``call_method``。
 # export 的圖裡沒有 ``call_method``：它記下的是方法背後的 ATen 運算子。
 
 leaf_modules = [name for name, m in model.named_modules() if not list(m.children())]
 module_calls = [node.target for node in gm.graph.find_nodes(op="call_module")]
 print(f"匯出的圖裡，call_module 的 target：{module_calls}")
-print(f"模型最底層的子模組：{leaf_modules}")
+print(f"模型最底層的 submodule：{leaf_modules}")
 assert exported["get_attr"] == len(model.state_dict()), "每個 parameter 或 buffer 一個 get_attr"
 assert module_calls == ["_guards_fn"], "唯一的 call_module 是 _guards_fn"
 assert exported["call_method"] == 0, "export 的圖沒有 call_method"
@@ -259,7 +259,7 @@ assert strict_conv.meta["source_fn_stack"][-1][1] is torch.nn.Conv2d, "strict �
 #                               才有）
 # ============================  ===========================================================
 #
-# 量化器決定在哪裡量化，憑的就只是這些欄位。
+# quantizer 決定在哪裡量化，憑的就只是這些欄位。
 
 # %%
 # 練習
@@ -310,4 +310,4 @@ assert strict_conv.meta["source_fn_stack"][-1][1] is torch.nn.Conv2d, "strict �
 # 下一課
 # ------
 # :ref:`M00-3 · 找出 pattern <sphx_glr_lessons_m00_graphs_m00_3_finding_patterns.py>`
-# 用這些欄位找出每一條 conv → batch norm → relu，先親手找，再用量化器所用的函式庫工具找。
+# 用這些欄位找出每一條 conv → batch norm → relu，先親手找，再用 quantizer 所用的函式庫工具找。

@@ -2,19 +2,19 @@
 M00-3 找出 pattern：conv → batch norm → relu
 ============================================
 
-量化器在決定 quantize／dequantize node 放在哪裡之前，
+quantizer 在決定 quantize／dequantize node 放在哪裡之前，
 得先找出哪幾個 node 會合併成一個 fused kernel 執行，例如 conv → relu。
 本課用三種方法，找出匯出的圖裡每一條 conv →（batch norm →）relu：
 親手走訪 ``graph.nodes``、用 ``get_source_partitions`` （依 node 來自的模組分組），
 以及用 ``SubgraphMatcher`` （拿一張小的 pattern 圖逐個 node 比對）。
 三種方法找到的 node 完全相同，而 torchao 的 ``X86InductorQuantizer`` 用的正是第二種。
-接著再看量化器實際拿到的是哪一張圖：做訓練後量化（PTQ）時，batch norm 早已摺疊進 conv。
+接著再看 quantizer 實際拿到的是哪一張圖：做訓練後量化（PTQ）時，batch norm 早已折疊進 conv。
 
 **你會學到**
 
 - 怎麼沿著 ``users`` 走訪圖，認出一串 ATen 運算子
 - ``get_source_partitions`` 與 ``SubgraphMatcher`` 各自比對什麼，又有哪些陷阱
-- 量化器拿到的是什麼圖，以及為什麼有的量化器比對模組、有的比對 ATen target
+- quantizer 拿到的是什麼圖，以及為什麼有的 quantizer 比對模組、有的比對 ATen target
 
 **先備知識**：:ref:`M00-2 · 拆解一個 node <sphx_glr_lessons_m00_graphs_m00_2_node_anatomy.py>`。
 """
@@ -78,7 +78,7 @@ class SeenByAnnotate(Quantizer):
 
 
 class FunctionalConvReLU(torch.nn.Module):
-    """用 torch.nn.functional 的函式、而不是子模組寫成的 conv → relu。"""
+    """用 torch.nn.functional 的函式、而不是 submodule 寫成的 conv → relu。"""
 
     def __init__(self):
         super().__init__()
@@ -97,7 +97,7 @@ class FunctionalConvReLU(torch.nn.Module):
 
 
 def only_user(node):
-    """讀取 ``node`` 的唯一一個 node；沒有或有好幾個使用者時傳回 None。"""
+    """讀取 ``node`` 的唯一一個 node；沒有或有好幾個使用者時回傳 None。"""
     return next(iter(node.users)) if len(node.users) == 1 else None
 
 
@@ -226,7 +226,7 @@ assert tuple(sorted(matched)) == tuple(sorted(by_hand[0])), matched
 draw(gm, highlight=matched, title="步驟 3：SubgraphMatcher 找到的鏈")
 
 # %%
-# 步驟 4 — 量化器為什麼透過 source partition 標註
+# 步驟 4 — quantizer 為什麼透過 source partition 標註
 # ------------------------------------------------
 # torchao 的 ``X86InductorQuantizer`` 以模組為單位思考：「每個後面接著 ``ReLU`` 的
 # ``Conv2d`` 都要量化」。
@@ -266,23 +266,23 @@ found = chains_from_partitions(edited)
 assert found == [("conv2d", "batch_norm", new_relu.name)], "有了 meta，分組又看得見它"
 
 # %%
-# 步驟 5 — 量化器拿到的是什麼
+# 步驟 5 — quantizer 拿到的是什麼
 # ----------------------------
-# 前面的鏈都來自匯出的圖，但量化器看到的並不是這張圖。
-# 做訓練後量化時，``prepare_pt2e`` （M01-1）會先把每個 batch norm 摺疊進它前面的 conv，
-# 然後才呼叫 ``annotate``。``SeenByAnnotate`` 讓結果現形：量化器拿到的是 conv → relu。
+# 前面的鏈都來自匯出的圖，但 quantizer 看到的並不是這張圖。
+# 做訓練後量化時，``prepare_pt2e`` （M01-1）會先把每個 batch norm 折疊進它前面的 conv，
+# 然後才呼叫 ``annotate``。``SeenByAnnotate`` 讓結果現形：quantizer 拿到的是 conv → relu。
 
 ptq = SeenByAnnotate()
 prepare_pt2e(export_module(get_model("conv_bn_relu"), (x,)), ptq)
 print(f"annotate 拿到：{ptq.ops()}")
-assert conv_chains(ptq.graph_module.graph) == [("conv2d", "relu")], "batch norm 已經摺疊掉了"
-draw(ptq.graph_module, highlight=["conv2d", "relu"], title="PTQ 量化器拿到的圖")
+assert conv_chains(ptq.graph_module.graph) == [("conv2d", "relu")], "batch norm 已經折疊掉了"
+draw(ptq.graph_module, highlight=["conv2d", "relu"], title="PTQ quantizer 拿到的圖")
 
 # %%
-# 量化感知訓練（QAT，M04-3）就不同了：``prepare_qat_pt2e`` 先標註、後摺疊，
-# 所以 QAT 量化器看到的是 conv → batch norm → relu（``add_`` 是 batch norm 的批次計數器，
+# 量化感知訓練（QAT，M04-3）就不同了：``prepare_qat_pt2e`` 先標註、後折疊，
+# 所以 QAT quantizer 看到的是 conv → batch norm → relu（``add_`` 是 batch norm 的批次計數器，
 # 在 train 模式下才會動），
-# 而 x86 量化器的 QAT pattern 也都含有 ``BatchNorm2d``。
+# 而 x86 quantizer 的 QAT pattern 也都含有 ``BatchNorm2d``。
 # 三個 node 的鏈在這裡才有意義；在 ``prepare`` 之前處理匯出圖的 pass（例如本課的）也是。
 
 qat = SeenByAnnotate()
@@ -293,10 +293,10 @@ qat_patterns = inspect.getsource(X86InductorQuantizer._annotate_qat_conv2d_bn_un
 assert "torch.nn.BatchNorm2d" in qat_patterns, "x86 的 QAT pattern 含有 batch norm"
 
 # %%
-# 步驟 6 — 改比對 ATen target：本課程的量化器
+# 步驟 6 — 改比對 ATen target：本課程的 quantizer
 # --------------------------------------------
 # 本課程自己的 ``CourseQuantizer`` （M02）走訪 ``graph.nodes``，比對 ATen target，和步驟 1 一樣。
-# PTQ 量化器拿到的是一個 conv 和它唯一的使用者 relu，用 target 就能描述得一清二楚；
+# PTQ quantizer 拿到的是一個 conv 和它唯一的使用者 relu，用 target 就能描述得一清二楚；
 # 而且 target 不依賴 ``meta``，也不管模型是怎麼寫的。
 
 annotate_code = inspect.getsource(CourseQuantizer.annotate)
@@ -306,8 +306,8 @@ assert "node.target in _WEIGHTED_OPS" in annotate_code, "它比對的是 aten ta
 # %%
 # ``FunctionalConvReLU`` 呼叫的是 ``F.conv2d`` 與 ``F.relu``：
 # ATen node 相同，卻沒有 ``Conv2d`` 模組。
-# x86 量化器的分組找不到它們，所以什麼都沒標註；本課程的量化器則兩個 node 都標註了。
-# 反過來說，分組知道 node 來自哪個模組：要依模組類型或名稱設定量化方式，就少不了它。
+# x86 quantizer 的分組找不到它們，所以什麼都沒標註；本課程的 quantizer 則兩個 node 都標註了。
+# 反過來說，分組知道 node 來自哪個模組：要依模組類別或名稱設定量化方式，就少不了它。
 
 annotated = {}
 for quantizer in (x86_quantizer(), CourseQuantizer()):
@@ -320,9 +320,9 @@ assert annotated["X86InductorQuantizer"] == [], "以模組為準的分組什麼�
 assert annotated["CourseQuantizer"] == ["conv2d", "relu"], "用 aten target 找到了 conv 與 relu"
 
 # %%
-# x86 量化器為什麼漏掉函式寫法的 conv：預設的 export 之後，
+# x86 quantizer 為什麼漏掉函式寫法的 conv：預設的 export 之後，
 # ``get_source_partitions`` 只能用字串形式的函式名稱比對函式，
-# 而 x86 量化器傳入的是函式 ``F.conv2d`` 本身。
+# 而 x86 quantizer 傳入的是函式 ``F.conv2d`` 本身。
 
 assert not get_source_partitions(functional.graph, [F.conv2d]), "F.conv2d：找不到分組"
 assert get_source_partitions(functional.graph, ["conv2d"]), "用字串 'conv2d'：找到了"
@@ -334,20 +334,20 @@ assert get_source_partitions(functional.graph, ["conv2d"]), "用字串 'conv2d'�
 # 方法                        比對的依據
 # ==========================  =================================================================
 # 走訪 ``graph.nodes``        ``target`` 與 ``users``：精確，但每個運算子都得自己寫出來
-# ``get_source_partitions``   node 來自哪個模組或函式（``meta``）；x86 量化器用的就是它，
+# ``get_source_partitions``   node 來自哪個模組或函式（``meta``）；x86 quantizer 用的就是它，
 #                             所以改圖時要保留 ``meta``
 # ``SubgraphMatcher``         pattern 圖：運算子、連接方式，以及常數（除非
 #                             ``ignore_literals=True``）
 # ==========================  =================================================================
 #
-# 做訓練後量化時，量化器拿到的是 conv → relu，batch norm 已經摺疊掉了；
-# conv → batch norm → relu 是 QAT 量化器與 ``prepare`` 之前的 pass 才會看到的。
+# 做訓練後量化時，quantizer 拿到的是 conv → relu，batch norm 已經折疊掉了；
+# conv → batch norm → relu 是 QAT quantizer 與 ``prepare`` 之前的 pass 才會看到的。
 
 # %%
 # 練習
 # ----
-# 1. 一個 conv 輸出被讀兩次的模型：``y = conv(x)``，傳回 ``relu(y) + y``。
-#    預測 ``conv_chains`` 與 ``chains_from_partitions`` 各傳回什麼。
+# 1. 一個 conv 輸出被讀兩次的模型：``y = conv(x)``，回傳 ``relu(y) + y``。
+#    預測 ``conv_chains`` 與 ``chains_from_partitions`` 各回傳什麼。
 #
 #    .. dropdown:: 解答
 #
@@ -377,7 +377,7 @@ assert get_source_partitions(functional.graph, ["conv2d"]), "用字串 'conv2d'�
 #          seen = SeenByAnnotate()
 #          prepare_pt2e(export_module(get_model("small_cnn"), (x,)), seen)
 #          ops = ["conv2d", "relu", "max_pool2d", "flatten", "linear"]
-#          assert [op.split(".")[1] for op in seen.ops()] == ops, "沒有 batch_norm：已摺疊"
+#          assert [op.split(".")[1] for op in seen.ops()] == ops, "沒有 batch_norm：已折疊"
 #
 # 3. 照步驟 3 的做法，匯出一個 conv → relu 的 pattern（沒有 batch norm）。
 #    預測 ``SubgraphMatcher(..., ignore_literals=True)`` 在每個模型裡各找到幾處。

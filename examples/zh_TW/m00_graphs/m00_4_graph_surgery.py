@@ -162,7 +162,7 @@ assert "self.scale_out(relu)" in gm.code, "新產生的 forward 拿 relu 呼叫 
 # 步驟 4 — 用 call_function 取代 call_module
 # ------------------------------------------
 # 接著把 scale_out 這個 ``call_module`` 換成 ``aten.mul`` 的 ``call_function``。
-# ``convert_pt2e`` 把 observer 換成 q/dq 也是這個套路：建新 node → 下游改讀新 node → 刪掉舊 node。
+# ``convert_pt2e`` 把 observer 換成 q/dq 也是這個做法：建新 node → 下游改讀新 node → 刪掉舊 node。
 # 先看看順序顛倒、還有人讀舊 node 就想刪它，會發生什麼：
 
 before = copy.deepcopy(gm)
@@ -222,7 +222,7 @@ assert torch.equal(gm.get_buffer("two"), torch.tensor(2.0)), "buffer 裡存的�
 # -------------------
 # 故意插入一個沒有人讀的 ``neg``，再用死碼消除（``eliminate_dead_code``）清掉：
 # 它會刪除每一個沒有使用者的 node，除非 ``node.is_impure()`` 說它非留不可。
-# ``lint`` 則檢查圖的結構（例如每個 node 都先定義再使用），有問題就丟出例外。
+# ``lint`` 則檢查圖的結構（例如每個 node 都先定義再使用），有問題就引發例外。
 # 加上 ``neg`` 之後圖裡有 10 個 node：``x``、兩個讀 weight 的 ``get_attr``、``_guards_fn``、
 # ``conv2d``、``relu``、``two``、``mul_tensor``、``neg`` 和 ``output``。
 
@@ -253,7 +253,7 @@ assert marked is True and guards.is_impure(), "留下的原因是它的模組被
 
 # %%
 # 一般的 ``call_module`` 如果沒有人讀，就和 ``neg`` 一樣是死碼：沒有使用者的 ``Scale`` 會被刪掉。
-# 它的子模組則會一直掛在 ``gm`` 上，直到呼叫 ``delete_submodule``。
+# 它的 submodule 則會一直掛在 ``gm`` 上，直到呼叫 ``delete_submodule``。
 
 gm.add_submodule("unused", Scale(3.0))
 with graph.inserting_after(relu):
@@ -262,7 +262,7 @@ print(f"unused.is_impure() = {unused.is_impure()}")
 assert not unused.is_impure(), "一般的模組沒有被標成 impure"
 graph.eliminate_dead_code()
 assert "unused" not in {n.name for n in graph.nodes}, "沒人讀的 call_module 會被刪掉"
-assert hasattr(gm, "unused"), "死碼消除不會動到子模組本身"
+assert hasattr(gm, "unused"), "死碼消除不會動到 submodule 本身"
 gm.delete_submodule("unused")
 gm.recompile()
 
@@ -358,7 +358,7 @@ with torch.no_grad():
 # - `torch.fx <https://docs.pytorch.org/docs/stable/fx.html>`_：``Graph``、``Node``、
 #   ``GraphModule`` 與改圖的 API。
 # - `torch.export <https://docs.pytorch.org/docs/stable/export.html>`_：``.module()``
-#   傳回的是什麼，包括 guard。
+#   回傳的是什麼，包括 guard。
 #
 # 下一課
 # ------

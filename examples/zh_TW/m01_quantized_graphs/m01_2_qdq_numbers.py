@@ -225,7 +225,7 @@ by_division = torch.clamp(torch.round(near / scale) + zero_point, quant_min, qua
 differ = int((by_division != by_op).sum())
 print(f"中點附近的 {near.numel()} 個值裡，x / scale 和 op 不一致的有 {differ} 個")
 hand = quantize_by_hand(near, scale, zero_point, quant_min, quant_max, dtype)
-assert torch.equal(hand, by_op), "乘上 1.0 / scale 才是 op 的算法"
+assert torch.equal(hand, by_op), "乘上 1.0 / scale 才是 op 的計算方式"
 assert differ > 0, "除以 scale 不是"
 
 # %%

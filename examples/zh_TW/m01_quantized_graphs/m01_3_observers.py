@@ -165,7 +165,7 @@ print(f"直方圖：{observers['histogram'].histogram.numel()} 格")
 
 
 def qparams_by_hand(min_val, max_val, quant_min, quant_max, symmetric):
-    """MinMax 的 scale 和 zero point，和 _calculate_qparams 對 int8、uint8 的算法相同。"""
+    """MinMax 的 scale 和 zero point，和 _calculate_qparams 對 int8、uint8 的計算方式相同。"""
     min_neg = torch.min(min_val, torch.zeros_like(min_val))
     max_pos = torch.max(max_val, torch.zeros_like(max_val))
     eps = torch.tensor([EPS])

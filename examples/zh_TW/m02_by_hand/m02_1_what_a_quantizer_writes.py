@@ -59,7 +59,7 @@ code_before = gm.code
 # %%
 # 輔助工具：``notes`` 列出圖裡有標註的 node，``summary`` 把一張標註縮成一行，
 # ``observer_calls`` 列出 prepare 後的圖裡的 observer node；另外兩個以課程 quantizer
-# 為基礎的小 quantizer，一個記下 ``prepare_pt2e`` 呼叫了什麼，一個在 max pool 上關掉隱含共用。
+# 為基礎的小 quantizer，一個記下 ``prepare_pt2e`` 呼叫了什麼，一個在 max pool 上關掉隱式共用。
 
 
 def notes(gm):
@@ -134,9 +134,9 @@ draw(gm, highlight=list(ours), title="步驟 1：CourseQuantizer 標註的 node"
 # ----------------------------------
 # ``prepare_pt2e`` 先併掉 BatchNorm，再依序呼叫 quantizer 的三個方法：
 # ``transform_for_annotation``、``annotate``、``validate``。第一個「可能」改寫圖
-# （例如把後端無法量化的運算拆開），並傳回要標註的模型；
+# （例如把後端無法量化的運算拆開），並回傳要標註的模型；
 # 只有 ``annotate`` 照約定不改圖（它只寫 ``node.meta``）。
-# 課程的 quantizer 和 ``X86InductorQuantizer`` 都沿用預設實作，原封不動傳回圖
+# 課程的 quantizer 和 ``X86InductorQuantizer`` 都沿用預設實作，原封不動回傳圖
 # （M02-4 會寫一個真的改圖的版本）。
 
 recorder = RecordingQuantizer()
@@ -224,7 +224,7 @@ assert ours["max_pool2d"].output_qspec.edge_or_node[0].name == "relu", "pool 指
 # %%
 # 這種指向是「明確共用」。``relu → max_pool2d`` 這條邊上流的就是 relu 的輸出，兩處要的也都是
 # ``ACTIVATION_SPEC``：``allow_implicit_sharing`` 為 ``True`` （預設值）時，prepare
-# 讓它們共用一個 observer，這就是「隱含共用」（M02-2 步驟 3）。在 max pool 上關掉它，
+# 讓它們共用一個 observer，這就是「隱式共用」（M02-2 步驟 3）。在 max pool 上關掉它，
 # pool 的輸入邊就有自己的 observer：多一次 observer 呼叫，也多一個 observer。
 
 print("allow_implicit_sharing：", {name: a.allow_implicit_sharing for name, a in ours.items()})
@@ -236,7 +236,7 @@ for label, prepared in [("預設", shared_run), ("在 pool 上關掉", separate_
     print(f"{label:16} {len(calls)} 次 observer 呼叫，{len(distinct)} 個不同的 observer")
 assert all(a.allow_implicit_sharing for a in ours.values()), "除非 quantizer 關掉，否則都是 True"
 assert len(observer_calls(separate_run)) == len(observer_calls(shared_run)) + 1, (
-    "沒有隱含共用時，relu → max_pool2d 有自己的 observer"
+    "沒有隱式共用時，relu → max_pool2d 有自己的 observer"
 )
 pool = separate_run.graph.find_nodes(op="call_function", target=aten.max_pool2d.default)[0]
 own = pool.args[0]

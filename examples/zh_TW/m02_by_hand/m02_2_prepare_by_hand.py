@@ -111,7 +111,7 @@ assert len(qspecs) == 10, "conv 2 條邊、relu 1 個輸出、pool 和 flatten �
 # ----------------------------------
 # 同一個「共用群組」裡的地方只有一個 observer，也就只有一組 scale 和 zero point。
 # 群組由兩條規則組成（用 union-find 實作，即 ``handmade.sharing_groups``）。明確共用：
-# ``SharedQuantizationSpec`` 把自己所在的地方併到它指向的地方。隱含共用：
+# ``SharedQuantizationSpec`` 把自己所在的地方併到它指向的地方。隱式共用：
 # ``relu → max_pool2d`` 這條邊上流的就是 ``relu`` 的輸出，spec 相同、
 # 而且 ``allow_implicit_sharing`` 允許時（M02-1 步驟 5），兩處就併在一起。
 # 這裡有六個地方併成一組：從 relu 的輸出一路到 linear 的輸入。
@@ -236,7 +236,7 @@ print("handmade.prepare(...).code == prepare_pt2e(...).code:", packaged.code == 
 # %%
 # 小結
 # ----
-# prepare ＝ 併掉 BatchNorm、轉換與標註、把標註的地方分組（明確共用與隱含共用）、
+# prepare ＝ 併掉 BatchNorm、轉換與標註、把標註的地方分組（明確共用與隱式共用）、
 # 每組一個 observer、插入：在上游後面新增 ``call_module``，或沿用已經在那裡的 observer。
 
 # %%
@@ -276,7 +276,7 @@ print("handmade.prepare(...).code == prepare_pt2e(...).code:", packaged.code == 
 #          placeholder = two.graph.find_nodes(op="placeholder")[0]
 #          on_x = [u.name for u in placeholder.users if handmade.is_observer_node(two, u)]
 #          print(on_x)
-#          assert len(on_x) == 1, "隱含共用：兩條邊流的都是 x，只要一個 observer"
+#          assert len(on_x) == 1, "隱式共用：兩條邊流的都是 x，只要一個 observer"
 #
 # 3. 標註 ``small_cnn``，分組之前把每張標註的 ``allow_implicit_sharing`` 設成 ``False``。
 #    ``handmade.sharing_groups`` 會分出幾組？

@@ -135,7 +135,7 @@ assert not zero_point.any(), "對稱：每個 zero point 都是 0"
 # 步驟 3 — 其餘的 observer，然後清理
 # ----------------------------------
 # ``handmade.replace_observer`` 對任何 observer 做步驟 1 和 2 的事。共用的 observer 會被好幾個
-# node 呼叫：每一次呼叫各自變成一對 q／dq，數字相同。接著是例行的清理（M00-4 步驟 6）：
+# node 呼叫：每一次呼叫各自變成一對 q/dq，數字相同。接著是例行的清理（M00-4 步驟 6）：
 # 刪掉死碼、建立只保留圖裡用得到的東西的新 ``GraphModule``、刪掉 observer submodule。
 
 scopes = gm.meta["_observed_graph_module_attrs"].node_name_to_scope
@@ -155,7 +155,7 @@ assert not any(handmade.is_observer_node(gm, n) for n in gm.graph.nodes if n.op 
     "沒有 observer 了"
 )
 assert len(qdq) == 14, "7 次 observer 呼叫，每次 2 個 node"
-assert sorted(numbers.values()) == [1, 1, 3], "共用 observer 的 3 次呼叫：3 對 q／dq，1 組數字"
+assert sorted(numbers.values()) == [1, 1, 3], "共用 observer 的 3 次呼叫：3 對 q/dq，1 組數字"
 
 # %%
 # 步驟 4 — 被兩個運算共用的 dequantize 要複製

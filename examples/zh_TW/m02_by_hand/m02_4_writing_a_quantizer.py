@@ -146,7 +146,7 @@ assert not step2.graph.find_nodes(op="call_function", target=aten.add_.Tensor)
 # 整數 conv 以 int32 累加 ``int8 × int8`` 的乘積，其 scale 為
 # ``輸入 scale × weight scale``；bias 必須用同一個 scale 加上去。
 # ``DerivedQuantizationSpec`` 正是表達這件事：它的 ``derive_qparams_fn`` 拿到
-# ``derived_from`` 中各邊的 observer，傳回 bias 的 scale 與 zero point。
+# ``derived_from`` 中各邊的 observer，回傳 bias 的 scale 與 zero point。
 
 
 def bias_qparams(observers):
@@ -352,8 +352,8 @@ assert len(int32) == 4, "四個 conv 的 bias 都是 int32 常數"
 # 步驟 9 — 當 torchao 自己的 quantizer 在一般程式碼上失敗
 # -------------------------------------------------------
 # quantizer 比對的是匯出留下的 pattern，所以它看到的是匯出記錄下來的東西。
-# 把同一個 ``nn.ReLU`` 模組呼叫兩次是很普通的 PyTorch 寫法，但經過預設的（non-strict）匯出後，
-# ``X86InductorQuantizer.annotate`` 本身就會丟出錯誤。``handmade.prepare``
+# 把同一個 ``nn.ReLU`` 模組呼叫兩次是很普通的 PyTorch 寫法，但經過預設的 non-strict 匯出後，
+# ``X86InductorQuantizer.annotate`` 本身就會引發錯誤。``handmade.prepare``
 # 呼叫的是同一個 ``annotate``，所以也一樣。
 
 
@@ -417,7 +417,7 @@ assert torch.equal(strict[0](*fresh), strict[1](*fresh)), "strict 匯出：可�
 #
 # 練習
 # ----
-# 1. 拿掉步驟 2 的 ``transform_for_annotation`` （改用一個原封不動傳回模型的 quantizer）。
+# 1. 拿掉步驟 2 的 ``transform_for_annotation`` （改用一個原封不動回傳模型的 quantizer）。
 #    預測：殘差的 add 還會被量化嗎？
 #
 #    .. dropdown:: 解答

@@ -1,9 +1,12 @@
 """The course's look for matplotlib charts: a CJK font, so Chinese labels are drawn, not boxes."""
 
-__all__ = ["CJK_FONTS", "use_course_style"]
+__all__ = ["CJK_CHARACTERS", "CJK_FONTS", "use_course_style"]
 
 #: Fonts with Traditional Chinese glyphs, in order of preference (the same list as the pictures).
 CJK_FONTS = ("Noto Sans CJK TC", "WenQuanYi Micro Hei")
+#: The characters those fonts are for, Han and kana, as the body of a regular-expression class
+#: (``re.compile(f"[{CJK_CHARACTERS}]")``); the one definition the course and its site use.
+CJK_CHARACTERS = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff"
 
 
 def use_course_style() -> str:

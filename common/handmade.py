@@ -59,6 +59,8 @@ from torchao.quantization.pt2e.quantizer import (
 )
 from torchao.quantization.pt2e.utils import _disallow_eval_train
 
+from common.pt2e import remove_unused_constants, replace_with_constant
+
 __all__ = [
     "collect_qspecs",
     "convert",
@@ -68,7 +70,6 @@ __all__ = [
     "fold_weight_quantize",
     "insert_observers",
     "is_observer_node",
-    "lower",
     "observe_node",
     "prepare",
     "replace_observer",
@@ -918,25 +919,10 @@ def fold_weight_quantize(model: GraphModule) -> None:
                 if last_use.get(arg) is node and replaced_uses.get(arg, 0) == len(arg.users):
                     folded.pop(arg, None)
     for q, value in folded.items():
-        if q.target not in _QUANTIZE_OPS:
-            continue
-        i = getattr(model, "_frozen_param_count", 0)
-        while hasattr(model, f"_frozen_param{i}"):
-            i += 1
-        model._frozen_param_count = i + 1
-        with graph.inserting_before(q):
-            constant = graph.create_node("get_attr", f"_frozen_param{i}")
-        q.replace_all_uses_with(constant)
-        constant.meta.update(q.meta)
-        graph.erase_node(q)
-        constant.name = q.name
-        model.register_buffer(f"_frozen_param{i}", value)
-        maybe_set_is_frozen_param(value)
-    for node in list(graph.find_nodes(op="get_attr")):
-        if not node.users:
-            if hasattr(model, node.target):  # top-level attributes only, as torchao does
-                delattr(model, node.target)
-            graph.erase_node(node)
+        if q.target in _QUANTIZE_OPS:
+            replace_with_constant(model, q, value)
+            maybe_set_is_frozen_param(value)
+    remove_unused_constants(model)
     graph.eliminate_dead_code()
     graph.lint()
     model.recompile()
@@ -980,6 +966,3 @@ def convert(model: GraphModule, fold_quantize: bool = True) -> GraphModule:
     model.meta["_user_preserved_attributes"] = {}  # torch.fx's key, as torchao's convert sets
     model.meta.update(original_meta)  # like torchao, this brings back prepare's bookkeeping too
     return _disallow_eval_train(model)
-
-
-from common.lowering import lower  # noqa: E402  (M03-2 lives in its own module)

@@ -26,6 +26,8 @@ import torch
 from torch.ao.quantization.fx._decomposed import quantized_decomposed_lib  # noqa: F401
 from torch.fx import GraphModule, Node
 
+from common.pt2e import remove_unused_constants, replace_with_constant
+
 __all__ = [
     "fold_prepacked_weights",
     "fuse_post_ops",
@@ -82,6 +84,13 @@ def reexport(model: GraphModule, example_inputs: tuple) -> GraphModule:
 
     After it, ``conv2d`` is ``aten.convolution``, a 2-D ``linear`` is ``permute`` + ``addmm``
     (``mm`` without bias), ``flatten`` is ``aten.view``: the shapes the patterns below look for.
+
+    Args:
+        model: the converted (simulated int8) model.
+        example_inputs: a tuple of inputs to trace it with.
+
+    Returns:
+        GraphModule: the re-exported graph; ``model`` is left as it was.
     """
     table = torch.export.default_decompositions()
     for op in list(table):
@@ -114,8 +123,20 @@ def prepack_conv(model: GraphModule, conv: Node) -> Node | None:
     """``dequantize(x) -> convolution(dequantize_per_channel(w))`` becomes ``qconv_pointwise``.
 
     The new op reads the uint8 ``x`` before its dequantize and a ``qconv_prepack`` of the int8
-    weight, and returns float32 for now (``fuse_post_ops`` may change that). Returns the new
-    node, or ``None`` if ``conv`` is not a quantized convolution.
+    weight, and returns float32 for now (``fuse_post_ops`` may change that).
+
+    Args:
+        model: the re-exported graph (``reexport``); edited in place.
+        conv: an ``aten.convolution`` node of it.
+
+    Returns:
+        Node | None: the new ``qconv_pointwise`` node, or ``None`` if ``conv`` is not a
+        quantized convolution.
+
+    Raises:
+        NotImplementedError: for a float 2-D/3-D, a transposed or a 3-D quantized convolution,
+            or an activation dequantize shared by several ops (torchao rewrites those, this
+            function does not); the message names the node.
     """
     x, weight, bias, stride, padding, dilation, transposed, _, groups = conv.args
     dq = _activation(conv, x)
@@ -150,6 +171,18 @@ def prepack_linear(model: GraphModule, mm: Node) -> Node | None:
 
     Only a 2-D activation matches: for a 3-D one the re-export writes ``view -> addmm ->
     view`` and torchao's pattern expects ``reshape``, so both leave it in float (q/dq kept).
+
+    Args:
+        model: the re-exported graph (``reexport``); edited in place.
+        mm: an ``aten.addmm`` or ``aten.mm`` node of it.
+
+    Returns:
+        Node | None: the new ``qlinear_pointwise`` node, or ``None`` if ``mm`` is not a
+        quantized linear.
+
+    Raises:
+        NotImplementedError: for a float linear (torchao folds and packs its weight) or an
+            activation dequantize shared by several ops; the message names the node.
     """
     bias, x, t = mm.args if mm.target == aten.addmm.default else (None, *mm.args)
     dq = _activation(mm, x)
@@ -285,6 +318,10 @@ def fuse_post_ops(model: GraphModule) -> None:
     that requantizes its result. Then with float output: ``op [-> add(dequantize)] -> relu``
     and ``conv -> add(dequantize)``. Ops are visited from the end of the graph back, as
     inductor's pattern matcher walks it.
+
+    Args:
+        model: a graph with ``qconv_pointwise`` / ``qlinear_pointwise`` nodes
+            (``prepack_conv`` / ``prepack_linear``); edited in place.
     """
     for int8_output in (True, False):
         for node in reversed(list(model.graph.nodes)):
@@ -303,33 +340,21 @@ def fold_prepacked_weights(model: GraphModule) -> None:
     """Run every ``qconv_prepack`` / ``qlinear_prepack`` now; keep the result as a constant.
 
     Like inductor's constant folding: the packed weight becomes a buffer ``_frozen_paramN``
-    (the first free N) read by a ``get_attr`` that keeps the prepack node's name; constants
-    nobody reads any more (the int8 weights) are deleted.
+    read by a ``get_attr`` that keeps the prepack node's name
+    (``common.pt2e.replace_with_constant``); constants nobody reads any more (the int8
+    weights) are deleted.
+
+    Args:
+        model: a graph whose prepacks ``prepack_conv`` / ``prepack_linear`` inserted; edited in
+            place.
     """
-    graph = model.graph
-    count = 0
-    for node in list(graph.nodes):
-        if node.op != "call_function" or node.target not in PREPACK:
-            continue
-        args = [_fetch(model, a) for a in node.args]
-        packed = node.target(*args)
-        while hasattr(model, f"_frozen_param{count}"):
-            count += 1
-        name = f"_frozen_param{count}"
-        model.register_buffer(name, packed)
-        with graph.inserting_before(node):
-            constant = graph.create_node("get_attr", name)
-        node.replace_all_uses_with(constant)
-        constant.meta.update(node.meta)
-        graph.erase_node(node)
-        constant.name = node.name
-    for node in list(graph.find_nodes(op="get_attr")):
-        if not node.users:
-            if hasattr(model, node.target):  # top-level attributes only, as inductor does
-                delattr(model, node.target)
-            graph.erase_node(node)
-    graph.eliminate_dead_code()
-    graph.lint()
+    for node in list(model.graph.nodes):
+        if node.op == "call_function" and node.target in PREPACK:
+            packed = node.target(*[_fetch(model, a) for a in node.args])
+            replace_with_constant(model, node, packed)
+    remove_unused_constants(model)
+    model.graph.eliminate_dead_code()
+    model.graph.lint()
     model.recompile()
 
 
@@ -389,6 +414,12 @@ def reshape_views(model: GraphModule) -> list[str]:
     valid for the contiguous tensors it was traced with. An int8 conv returns channels-last
     tensors, and a ``view`` of a channels-last tensor across channels fails; ``reshape`` gives
     the same values (copying only when it must).
+
+    Args:
+        model: a lowered graph (``lower``); edited in place.
+
+    Returns:
+        list[str]: the names of the nodes that were ``view`` and are now ``reshape``.
     """
     changed = []
     for node in model.graph.find_nodes(op="call_function", target=aten.view.default):

@@ -1,4 +1,5 @@
-"""Exporting models for the lessons, and silencing the stack's known import noise."""
+"""Exporting models for the lessons, frozen constants in their graphs, and silencing the
+stack's known import noise."""
 
 import logging
 import warnings
@@ -6,7 +7,14 @@ import warnings
 import torch
 from torch import nn
 
-__all__ = ["calibrate", "export_module", "quiet", "x86_quantizer"]
+__all__ = [
+    "calibrate",
+    "export_module",
+    "quiet",
+    "remove_unused_constants",
+    "replace_with_constant",
+    "x86_quantizer",
+]
 
 
 def export_module(model: nn.Module, args: tuple) -> torch.fx.GraphModule:
@@ -147,3 +155,52 @@ def quiet() -> None:
         message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
         category=FutureWarning,
     )
+
+
+def replace_with_constant(
+    model: torch.fx.GraphModule, node: torch.fx.Node, value: torch.Tensor
+) -> torch.fx.Node:
+    """Replace ``node`` by a ``get_attr`` of a new buffer holding ``value``.
+
+    As torchao's and inductor's constant folding name it: ``_frozen_paramN``, N counted on
+    from the model's ``_frozen_param_count``, skipping names already taken. The ``get_attr``
+    keeps the node's name and meta. ``common.handmade`` (``fold_quantize``) and
+    ``common.lowering`` (prepacked weights) both fold this way.
+
+    Args:
+        model: the ``GraphModule`` holding ``node``; edited in place.
+        node: the node whose value is known now; erased.
+        value: the tensor (or packed weight) it computes.
+
+    Returns:
+        torch.fx.Node: the ``get_attr`` node that now stands where ``node`` stood.
+    """
+    i = getattr(model, "_frozen_param_count", 0)
+    while hasattr(model, f"_frozen_param{i}"):
+        i += 1
+    model._frozen_param_count = i + 1
+    name = f"_frozen_param{i}"
+    model.register_buffer(name, value)
+    graph = model.graph
+    with graph.inserting_before(node):
+        constant = graph.create_node("get_attr", name)
+    node.replace_all_uses_with(constant)
+    constant.meta.update(node.meta)
+    graph.erase_node(node)
+    constant.name = node.name
+    return constant
+
+
+def remove_unused_constants(model: torch.fx.GraphModule) -> None:
+    """Erase the ``get_attr`` nodes nobody reads, and their attribute when it sits on the model
+    itself (attributes of submodules stay, as torchao and inductor leave them).
+
+    Args:
+        model: a ``GraphModule``; edited in place.
+    """
+    graph = model.graph
+    for node in list(graph.find_nodes(op="get_attr")):
+        if not node.users:
+            if hasattr(model, node.target):
+                delattr(model, node.target)
+            graph.erase_node(node)

@@ -71,8 +71,6 @@ class CourseQuantizer(Quantizer):
     * cat whose inputs are all quantized: every input and the output share one scale and zero point.
 
     Everything else stays float.
-
-    >>> CourseQuantizer().validate(None)
     """
 
     def annotate(self, model: GraphModule) -> GraphModule:

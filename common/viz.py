@@ -11,6 +11,8 @@ from pathlib import Path
 import graphviz
 import torch
 
+from common.charts import CJK_CHARACTERS
+
 __all__ = [
     "DIFF_LABELS",
     "GraphvizMissingError",
@@ -231,7 +233,7 @@ def _tooltip(gm: torch.fx.GraphModule, node: torch.fx.Node, kind: str) -> str:
 
 # --------------------------------------------------------------------------------- pictures
 
-_CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+_CJK = re.compile(f"[{CJK_CHARACTERS}]")
 
 
 def _language(title: str | None) -> str:
@@ -510,8 +512,8 @@ def describe(gm, *, title=None, diff=None) -> str:
 class PictureCollector:
     """Pictures drawn since the gallery scraper last ran, kept only while ``active``.
 
-    ``common.gallery``'s hooks switch it on before a lesson runs on the site and take the
-    pictures after each cell; elsewhere ``draw`` leaves it empty.
+    The site's gallery hooks (docs/course_gallery.py) switch it on before a lesson runs on the
+    site and take the pictures after each cell; elsewhere ``draw`` leaves it empty.
     """
 
     def __init__(self):

@@ -39,7 +39,6 @@ API_MODULES = (
     "common.handmade",
     "common.expect",
     "common.charts",
-    "common.gallery",
 )
 
 TEXT = {
@@ -52,9 +51,6 @@ TEXT = {
         "switch_title": "閱讀本頁的繁體中文版",
         "colab": "在 Colab 開啟",
         "colab_title": "在 Google Colab 執行本課的筆記本",
-        "module_zip": "下載本單元的全部課程",
-        "module_zip_python": "Python 腳本",
-        "module_zip_jupyter": "Jupyter 筆記本",
         "used_in": "用到它的課程",
         "first_cell": (
             "# 在 Google Colab 執行時，這一格會安裝課程（連同它指定版本的 torch 與 torchao）\n"
@@ -71,9 +67,6 @@ TEXT = {
         "switch_title": "Read this page in English",
         "colab": "Open in Colab",
         "colab_title": "Run this lesson's notebook in Google Colab",
-        "module_zip": "Download every lesson of this module",
-        "module_zip_python": "Python scripts",
-        "module_zip_jupyter": "Jupyter notebooks",
         "used_in": "Lessons that use it",
         "first_cell": (
             "# In Google Colab this cell installs the course (with its pinned torch and\n"
@@ -107,9 +100,21 @@ GALLERY_ZH_TW = {
     "Download Jupyter notebook: ": "下載 Jupyter 筆記本：",
     "Download Python source code: ": "下載 Python 原始碼：",
     "Download zipped: ": "下載 zip 壓縮檔：",
-    "Download all examples in Python source code: ": "下載全部課程（Python 原始碼）：",
-    "Download all examples in Jupyter notebooks: ": "下載全部課程（Jupyter 筆記本）：",
+    "Download all examples in Python source code: ": "下載本單元的全部課程（Python 原始碼）：",
+    "Download all examples in Jupyter notebooks: ": "下載本單元的全部課程（Jupyter 筆記本）：",
 }
+
+
+def module_folders(lang: str) -> list[str]:
+    """The course's modules, each a gallery: the folders of examples/<lang> with a README.txt.
+
+    In reading order: the quickstart first, then M00, M01, ... by name, troubleshooting last.
+    A new module is a new folder; nothing else needs to list it.
+    """
+    found = {p.parent.name for p in (ROOT / "examples" / lang).glob("*/README.txt")}
+    first = [name for name in ("quickstart",) if name in found]
+    last = [name for name in ("troubleshooting",) if name in found]
+    return first + sorted(found - set(first) - set(last)) + last
 
 
 def other_language(lang: str) -> str:
@@ -142,6 +147,7 @@ def make_config(lang: str) -> dict:
         jieba.setLogLevel(logging.WARNING)
     text = TEXT[lang]
     other = other_language(lang)
+    modules = module_folders(lang)
     return {
         "project": text["project"],
         "author": "pt2e-course contributors",
@@ -171,6 +177,9 @@ def make_config(lang: str) -> dict:
         "templates_path": [str(DOCS / "_templates")],
         "html_static_path": [str(DOCS / "_static")],
         "html_css_files": ["course.css"],
+        # Workaround for sphinx-doc/sphinx#14229 (Chinese search stops: "ChineseStemmer is not
+        # defined"), fixed by sphinx-doc/sphinx#14416, which the pinned Sphinx 9.0.4 lacks;
+        # delete docs/_static/chinese-stemmer.js with the first Sphinx release that has it.
         "html_js_files": ["chinese-stemmer.js"] if lang == "zh_TW" else [],
         "html_context": {
             "other_lang_name": TEXT[other]["language_name"],
@@ -201,8 +210,6 @@ def make_config(lang: str) -> dict:
             "lessons/**/*.ipynb",
             "lessons/**/*.py",
             "lessons/**/*.zip",
-            "lessons/*.ipynb",
-            "lessons/*.py",
         ],
         "myst_enable_extensions": ["colon_fence", "deflist"],
         # The API page (api.md, its sections generated from API_MODULES by course_site.py).
@@ -222,18 +229,21 @@ def make_config(lang: str) -> dict:
         "nb_execution_raise_on_error": True,
         "nb_execution_timeout": 300,
         "sphinx_gallery_conf": {
-            # Relative to docs/<lang>/: sphinx-gallery links pages by these paths.
-            "examples_dirs": f"../../examples/{lang}",
-            "gallery_dirs": "lessons",
-            "filename_pattern": r"/m\d\d_\d+_",
+            # One gallery per module (as sphinx-gallery's own doc/conf.py has several), so
+            # that each module's page offers its lessons as .py and .ipynb zips. Paths are
+            # relative to docs/<lang>/, and a page's label and URL follow its gallery path:
+            # sphx_glr_lessons_<module>_<file>.py, lessons/<module>/<file>.html.
+            "examples_dirs": [f"../../examples/{lang}/{module}" for module in modules],
+            "gallery_dirs": [f"lessons/{module}" for module in modules],
+            "filename_pattern": r"\.py$",  # every script runs: a page shows what its code does
             "ignore_pattern": r"__init__\.py",
             # The course's graph pictures, then sphinx-gallery's own matplotlib charts.
-            "image_scrapers": ("common.gallery.scraper", "matplotlib"),
+            "image_scrapers": ("course_gallery.scraper", "matplotlib"),
             # Code cells link the names of common/ to the API page, and the API page lists, for
             # each function, the lessons that use it (the "minigallery" directive reads these).
             "doc_module": ("common",),
             "backreferences_dir": str(ROOT / "build" / "backreferences" / lang),
-            "reset_modules": ("matplotlib", "common.gallery.reset"),
+            "reset_modules": ("matplotlib", "course_gallery.reset"),
             # A lesson that raises must fail the build, never become a page with a traceback.
             "abort_on_example_error": True,
             "only_warn_on_example_error": False,

@@ -1,19 +1,25 @@
 """The site's own Sphinx additions, shared by both language builds.
 
-Language switch and Colab link per page, the {lesson} role, the generated course map and API
-page, per-module zips, and the site root (index.html, 404.html, sitemap.xml) that
-languages.build_site writes once both languages are built. The settings they read live in
-course_conf.py.
+Language switch and Colab link per page, the {lesson} role, the directives that write the
+course map, the lessons index and the API page's sections (each notes the files it reads, so
+Sphinx reads its page again exactly when one of them changed), the lessons' re-run when what
+else makes their pages changed, and each language's sitemap. The settings they read live in
+course_conf.py; the site root (index.html, 404.html, the sitemap index) is written by
+languages.write_site_root.
 """
 
 import ast
 import hashlib
 import json
+import os
 import re
-import zipfile
 from pathlib import Path
-from urllib.parse import urlparse
 from xml.sax.saxutils import escape
+
+from docutils import nodes
+from sphinx import addnodes
+from sphinx.util.docutils import SphinxDirective
+from zh_spacing import CJK
 
 from course_conf import (
     API_MODULES,
@@ -23,9 +29,9 @@ from course_conf import (
     ROOT,
     SITE_URL,
     TEXT,
+    module_folders,
     other_language,
 )
-from languages import LANGUAGES
 
 try:
     import fcntl
@@ -36,22 +42,26 @@ except ImportError:  # not on Windows: there the two builds' kernels run unguard
 def setup(app) -> dict:
     lang = app.config.language
     app.add_role("lesson", _lesson_role)
+    app.add_directive("course-map", CourseMap)
+    app.add_directive("course-lessons", CourseLessons)
+    app.add_directive("course-api", CourseApi)
     app.connect("html-page-context", lambda *args: _page_context(lang, *args))
     app.connect("autodoc-process-docstring", lambda *args: _lessons_using(lang, *args))
-    app.connect("builder-inited", lambda app: _forget_stale_notebooks(app, lang), priority=100)
-    app.connect("builder-inited", lambda app: _rerun_after_common_changed(lang), priority=100)
-    app.connect("builder-inited", lambda app: _module_zips(app, lang), priority=900)
+    app.connect("builder-inited", _rerun_when_outputs_may_differ, priority=100)
     app.connect("source-read", lambda app, docname, source: _source_read(lang, docname, source))
     app.connect("source-read", _hold_kernel_lock)
     app.connect("doctree-read", _release_kernel_lock)
-    app.connect("env-get-outdated", _generated_pages)
     app.connect("build-finished", lambda app, exc: _sitemap(app, lang, exc))
     return {"parallel_read_safe": True, "parallel_write_safe": True}
 
 
 def _sitemap(app, lang: str, exc) -> None:
-    """<lang>/sitemap.xml: every page of the language (not only those this build wrote, as
-    sphinx-sitemap 2.9 lists), each with its twin in the other language."""
+    """<lang>/sitemap.xml: every page of the language, each with its twin in the other language.
+
+    Written by hand because sphinx-sitemap lists only the pages a build wrote, so an
+    incremental build gives an incomplete sitemap (jdillard/sphinx-sitemap#13, open as of
+    2.9); the extension can replace this once that is fixed.
+    """
     if exc is not None or app.builder.format != "html":
         return
     other = other_language(lang)
@@ -69,23 +79,6 @@ def _sitemap(app, lang: str, exc) -> None:
     )
 
 
-def _generated_pages(app, env, added, changed, removed) -> list[str]:
-    """Pages made from the lessons, read again when they may have changed.
-
-    The course map (each lesson's picture) and the glossary (each term's lesson) when a lesson
-    ran or a page came or went; the API page, which lists the lessons using each function,
-    when those lists changed (reading it imports torch and every module it documents).
-    """
-    pages = []
-    if app.config.sphinx_gallery_conf["passing_examples"] or added or removed:
-        pages += ["course_map", "glossary"]
-    lists = _digest(Path(app.config.sphinx_gallery_conf["backreferences_dir"]).glob("*.examples"))
-    if getattr(env, "course_lessons_using", None) != lists:
-        env.course_lessons_using = lists
-        pages.append("api")
-    return pages
-
-
 def _digest(paths) -> str:
     """SHA-256 of the files' names and contents, in name order."""
     digest = hashlib.sha256()
@@ -94,12 +87,17 @@ def _digest(paths) -> str:
     return digest.hexdigest()
 
 
-# MyST notebook pages run a Jupyter kernel while they are read. The two language builds run at
-# once, and jupyter_client picks a kernel's TCP ports before the kernel binds them: meanwhile
-# the other build's kernel connections can take one ("Address already in use"). So a build
-# holds this lock from reading such a page until its doctree is done (the kernel is shut down
-# by then); pages served from the execution cache start no kernel and wait only briefly.
-# (myst-nb's "inline" execution mode would not help: it starts the same kind of kernel.)
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# Workaround for jupyter/jupyter_client#487 (port race between concurrent kernels; open, still
+# in jupyter_client 8.10): a kernel's TCP ports are picked before the kernel binds them, so the
+# kernel of the other language build, running at the same time, can take one ("Address
+# already in use"). A build holds this lock from reading a MyST notebook page until its
+# doctree is done (its kernel is shut down by then); pages served from the execution cache
+# start no kernel and wait only briefly. Remove it when the issue is closed (myst-nb's
+# "inline" mode would not help: it starts the same kind of kernel).
 _KERNEL_LOCK = ROOT / "build" / ".kernel.lock"
 _held_locks = {}
 
@@ -130,40 +128,49 @@ def _page_context(lang, app, pagename, templatename, context, doctree) -> None:
     # sphinx-gallery links a lesson's notebook with :download:; Sphinx's download node says
     # where in the site it copied the file (its "filename": <hash>/<name>.ipynb).
     if doctree is not None and pagename.startswith("lessons/"):
-        # Imported here: nox imports this module (write_site_root) where Sphinx is not installed.
-        from sphinx import addnodes
-
         notebook = f"{pagename.rsplit('/', 1)[-1]}.ipynb"
         for node in doctree.findall(addnodes.download_reference):
             if node.get("reftarget") == notebook and node.get("filename"):
                 context["colab_url"] = f"{COLAB_NOTEBOOKS}{lang}/_downloads/{node['filename']}"
 
 
+def module_scripts(lang: str, folder: str) -> list[Path]:
+    """A module's scripts in course order (M00-2 before M00-10; unnumbered ones by name)."""
+
+    def order(script: Path):
+        match = re.match(r"m\d\d_(\d+)_", script.name)
+        return (0, int(match[1]), "") if match else (1, 0, script.name)
+
+    scripts = (ROOT / "examples" / lang / folder).glob("*.py")
+    return sorted((s for s in scripts if s.name != "__init__.py"), key=order)
+
+
 def lesson_sources(lang: str) -> dict[str, Path]:
     """Lesson number ("M01-2") -> its script under examples/<lang>, in course order."""
     found = {}
-    for script in sorted((ROOT / "examples" / lang).glob("*/m[0-9][0-9]_*.py")):
-        match = re.match(r"m(\d\d)_(\d+)_", script.name)
-        if match:
-            found[f"M{match[1]}-{match[2]}"] = script
-    return dict(sorted(found.items(), key=lambda item: (item[0][:3], int(item[0][4:]))))
+    for folder in module_folders(lang):
+        for script in module_scripts(lang, folder):
+            match = re.match(r"m(\d\d)_(\d+)_", script.name)
+            if match:
+                found[f"M{match[1]}-{match[2]}"] = script
+    return found
 
 
 def _label(script: Path) -> str:
+    """The label sphinx-gallery gives a lesson's page (from its path under the source dir)."""
     return f"sphx_glr_lessons_{script.parent.name}_{script.name}"
 
 
 def _lesson_role(name, rawtext, text, lineno, inliner, options=None, content=None):
     """{lesson}`M01-2`: a link to lesson M01-2 of this language, whatever its file name."""
-    from docutils import nodes
-    from sphinx.addnodes import pending_xref
-
-    lang = inliner.document.settings.env.config.language
-    script = lesson_sources(lang).get(text.strip())
+    env = inliner.document.settings.env
+    script = lesson_sources(env.config.language).get(text.strip())
+    # Its page is read again when lessons come or go (see _GeneratedContent.parse).
+    env.glob_toctrees.add(env.docname)
     if script is None:
         # Not written yet: plain text, marked so that tests/test_site.py reports it.
         return [nodes.inline(rawtext, text, classes=["lesson-missing"])], []
-    ref = pending_xref(
+    ref = addnodes.pending_xref(
         rawtext, refdomain="std", reftype="ref", reftarget=_label(script), refexplicit=True
     )
     ref += nodes.inline(rawtext, text, classes=["xref", "std", "std-ref"])
@@ -181,8 +188,7 @@ def _first_sentence(paragraph: str) -> str:
     return match[1] if match else paragraph
 
 
-def _is_cjk(char: str) -> bool:
-    return char >= "\u2e80"
+_CJK_EDGE = re.compile(f"[{CJK}]")
 
 
 def _paragraphs(text: str) -> list[str]:
@@ -194,69 +200,126 @@ def _paragraphs(text: str) -> list[str]:
             continue
         joined = lines[0]
         for line in lines[1:]:
-            gap = "" if _is_cjk(joined[-1]) and _is_cjk(line[0]) else " "
+            gap = "" if _CJK_EDGE.match(joined[-1]) and _CJK_EDGE.match(line[0]) else " "
             joined += gap + line
         paragraphs.append(joined)
     return paragraphs
 
 
-def _course_map(lang: str) -> str:
-    """MyST for the course map: per module its title, paragraph and one card per lesson."""
-    out = []
-    modules: dict[str, list[tuple[str, Path]]] = {}
-    for number, script in lesson_sources(lang).items():
-        modules.setdefault(script.parent.name, []).append((number, script))
-    for folder, lessons in modules.items():
-        header = _paragraphs((ROOT / "examples" / lang / folder / "README.txt").read_text("utf-8"))
-        title = header[0].split(" ===")[0].rstrip("= ").strip()
-        out += [f"## {title}", ""]
-        if len(header) > 1:
-            out += [_rst_to_myst(header[1]), ""]
-        out += ["::::{grid} 1 2 2 2", ":gutter: 3", ""]
-        for number, script in lessons:
-            doc = ast.get_docstring(ast.parse(script.read_text("utf-8"))) or script.stem
-            parts = _paragraphs(doc)
-            lesson_title = parts[0].split(" ===")[0].rstrip("= ").strip()
-            if not lesson_title.startswith(number):
-                lesson_title = f"{number} · {lesson_title}"
-            claim = _first_sentence(parts[1]) if len(parts) > 1 else ""
-            # The gallery's thumbnail: SVG from a graph picture, PNG from a chart.
-            thumbs = [
-                f"lessons/{folder}/images/thumb/sphx_glr_{script.stem}_thumb{suffix}"
-                for suffix in (".svg", ".png")
-            ]
-            found = [thumb for thumb in thumbs if (DOCS / lang / thumb).exists()]
-            out += [f":::{{grid-item-card}} {lesson_title}"]
-            out += [f":link: {_label(script)}", ":link-type: ref", ":class-card: course-card"]
-            if found:
-                out += [f":img-top: {found[0]}", f":img-alt: {number}"]
-            out += ["", _rst_to_myst(claim), ":::", ""]
-        out += ["::::", ""]
-    return "\n".join(out)
+def _title(paragraph: str) -> str:
+    """The title of a reST text's first paragraph ("M00 Reading graphs ====" -> its words)."""
+    return paragraph.split(" ===")[0].rstrip("= ").strip()
 
 
-def _api_sections() -> str:
-    """MyST for the API page: one section per module of API_MODULES, its public names in order.
+class _GeneratedContent(SphinxDirective):
+    """A directive whose content is written from files: each file it reads is noted, so Sphinx
+    reads its page again exactly when one of them changed."""
 
-    autodoc writes reST, so each module goes through MyST's eval-rst block.
-    """
-    out = []
-    for module in API_MODULES:
-        out += [f"## `{module}`", "", "```{eval-rst}", f".. automodule:: {module}"]
-        out += ["   :members:", "```", ""]
-    return "\n".join(out)
+    def read(self, path: Path) -> str:
+        self.env.note_dependency(str(path))
+        return path.read_text("utf-8")
+
+    def thumbnail(self, script: Path) -> str | None:
+        """The path (from the source dir) of the gallery's thumbnail of a lesson: SVG from a
+        graph picture, PNG from a chart or sphinx-gallery's placeholder."""
+        folder = f"lessons/{script.parent.name}/images/thumb"
+        for suffix in (".svg", ".png"):
+            thumb = f"{folder}/sphx_glr_{script.stem}_thumb{suffix}"
+            if Path(self.env.srcdir, thumb).exists():
+                self.env.note_dependency(thumb)
+                return thumb
+        return None
+
+    def parse(self, text: str, *, lists_lessons: bool) -> list:
+        if lists_lessons:
+            # Pages come and go with lessons: read this page again then, as Sphinx does a page
+            # whose globbed toctree lists pages it does not name.
+            self.env.glob_toctrees.add(self.env.docname)
+        return self.parse_text_to_nodes(text, allow_section_headings=True)
+
+
+class CourseMap(_GeneratedContent):
+    """``{course-map}`` (in a MyST page): per module its title, paragraph and one card per
+    lesson with the lesson's claim and its thumbnail."""
+
+    def run(self) -> list:
+        lang = self.config.language
+        out = []
+        for folder in module_folders(lang):
+            header = _paragraphs(self.read(ROOT / "examples" / lang / folder / "README.txt"))
+            out += [f"## {_title(header[0])}", ""]
+            if len(header) > 1:
+                out += [_rst_to_myst(header[1]), ""]
+            out += ["::::{grid} 1 2 2 2", ":gutter: 3", ""]
+            for script in module_scripts(lang, folder):
+                doc = ast.get_docstring(ast.parse(self.read(script))) or script.stem
+                parts = _paragraphs(doc)
+                title = _title(parts[0])
+                match = re.match(r"m(\d\d)_(\d+)_", script.name)
+                number = f"M{match[1]}-{match[2]}" if match else None
+                if number and not title.startswith(number):
+                    title = f"{number} · {title}"
+                claim = _first_sentence(parts[1]) if len(parts) > 1 else ""
+                out += [f":::{{grid-item-card}} {title}"]
+                out += [f":link: {_label(script)}", ":link-type: ref", ":class-card: course-card"]
+                thumb = self.thumbnail(script)
+                if thumb:
+                    out += [f":img-top: /{thumb}", f":img-alt: {number or title}"]
+                out += ["", _rst_to_myst(claim), ":::", ""]
+            out += ["::::", ""]
+        return self.parse("\n".join(out), lists_lessons=True)
+
+
+class CourseLessons(_GeneratedContent):
+    """``.. course-lessons::`` (in a reST page): each module's page (its README.txt) with its
+    lessons' thumbnails, and the toctree of the module pages, in course order."""
+
+    def run(self) -> list:
+        lang = self.config.language
+        out = []
+        for folder in module_folders(lang):
+            out += [self.read(ROOT / "examples" / lang / folder / "README.txt"), ""]
+            scripts = module_scripts(lang, folder)
+            for script in scripts:
+                self.env.note_dependency(str(script))  # minigallery reads its title and intro
+                self.thumbnail(script)
+            # sphinx-gallery's thumbnails, as on the module's own page (paths from docs/<lang>).
+            out += [".. minigallery::", ""]
+            out += [f"   {os.path.relpath(script, self.env.srcdir)}" for script in scripts]
+            out += [""]
+        out += [".. toctree::", "   :hidden:", ""]
+        out += [f"   {folder}/index" for folder in module_folders(lang)]
+        return self.parse("\n".join(out) + "\n", lists_lessons=True)
+
+
+class CourseApi(_GeneratedContent):
+    """``{course-api}`` (in a MyST page): one section per module of API_MODULES, its public
+    names in order. autodoc writes reST, so each module goes through MyST's eval-rst block;
+    autodoc itself notes each module's source file."""
+
+    def run(self) -> list:
+        from common.pt2e import quiet
+
+        quiet()  # before autodoc imports torchao, which announces its CUDA-only kernels
+        out = []
+        for module in API_MODULES:
+            out += [f"## `{module}`", "", "```{eval-rst}", f".. automodule:: {module}"]
+            out += ["   :members:", "```", ""]
+        return self.parse("\n".join(out), lists_lessons=False)
 
 
 def _lessons_using(lang: str, app, what: str, name: str, obj, options, lines: list[str]) -> None:
     """Below a function's or class's docstring: the lessons whose code uses it, as cards.
 
     sphinx-gallery records, as it runs the lessons, which ``doc_module`` names each one uses
-    (backreferences_all.json); its ``minigallery`` directive shows them.
+    (backreferences_all.json, rewritten only when that changes); its ``minigallery``
+    directive shows them.
     """
     if what not in ("function", "class"):
         return
     folder = Path(app.srcdir, app.config.sphinx_gallery_conf["backreferences_dir"])
     found = folder / "backreferences_all.json"
+    app.env.note_dependency(str(found))
     if found.exists() and name in json.loads(found.read_text("utf-8")):
         lines += ["", f".. rubric:: {TEXT[lang]['used_in']}", "", f".. minigallery:: {name}", ""]
 
@@ -265,95 +328,23 @@ def _source_read(lang: str, docname: str, source: list[str]) -> None:
     if lang == "zh_TW" and docname.startswith("lessons/"):
         for english, chinese in GALLERY_ZH_TW.items():
             source[0] = source[0].replace(english, chinese)
-    if docname == "course_map":
-        source[0] = source[0].replace("<!-- lesson cards -->", _course_map(lang))
-    if docname == "api":
-        from common.pt2e import quiet
-
-        quiet()  # before autodoc imports torchao, which announces its CUDA-only kernels
-        source[0] = source[0].replace("<!-- api modules -->", _api_sections())
-    match = re.fullmatch(r"lessons/(m\d\d_\w+)/index", docname)
-    if match and (DOCS / lang / "lessons" / f"{match[1]}_python.zip").exists():
-        text, folder = TEXT[lang], match[1]
-        source[0] += (
-            f"\n\n.. container:: sphx-glr-footer sphx-glr-footer-gallery\n\n"
-            f"  .. container:: sphx-glr-download sphx-glr-download-python\n\n"
-            f"    :download:`{text['module_zip']} ({text['module_zip_python']}): "
-            f"{folder}_python.zip </lessons/{folder}_python.zip>`\n\n"
-            f"  .. container:: sphx-glr-download sphx-glr-download-jupyter\n\n"
-            f"    :download:`{text['module_zip']} ({text['module_zip_jupyter']}): "
-            f"{folder}_jupyter.zip </lessons/{folder}_jupyter.zip>`\n"
-        )
 
 
-def _forget_stale_notebooks(app, lang: str) -> None:
-    """Before the gallery runs: redo a lesson whose notebook lacks the current first cell.
+def _rerun_when_outputs_may_differ(app) -> None:
+    """Before the gallery runs: redo every lesson when what else makes its page has changed.
 
-    sphinx-gallery redoes a lesson only when its script changes (it keeps an MD5 beside the
-    page), so a change of ``first_notebook_cell`` would otherwise leave old notebooks behind.
+    sphinx-gallery redoes a lesson only when its own script changes (it keeps the script's MD5
+    beside the page), yet the pictures, the printed output and the asserts come from
+    ``common/`` as much as from the lesson, the pictures reach the page through
+    docs/course_gallery.py, and the notebook starts with ``first_notebook_cell``.
     """
-    first_cell = app.config.sphinx_gallery_conf["first_notebook_cell"]
-    for notebook in (DOCS / lang / "lessons").glob("*/m[0-9][0-9]_*.ipynb"):
-        cells = json.loads(notebook.read_text("utf-8"))["cells"]
-        if not cells or "".join(cells[0]["source"]).strip() != first_cell.strip():
-            notebook.with_suffix(".py.md5").unlink(missing_ok=True)
-
-
-def _rerun_after_common_changed(lang: str) -> None:
-    """Before the gallery runs: redo every lesson when the code of ``common/`` has changed.
-
-    sphinx-gallery redoes a lesson only when its own script changes, yet the pictures, the
-    printed output and the asserts come from ``common/`` as much as from the lesson.
-    """
-    lessons = DOCS / lang / "lessons"
-    common = _digest((ROOT / "common").glob("*.py"))
-    stamp = lessons / "common.sha256"
-    if stamp.exists() and stamp.read_text() == common:
+    lessons = Path(app.srcdir, "lessons")
+    inputs = [*(ROOT / "common").glob("*.py"), DOCS / "course_gallery.py"]
+    stamp = _digest(inputs) + _sha256(app.config.sphinx_gallery_conf["first_notebook_cell"])
+    recorded = lessons / "inputs.sha256"
+    if recorded.exists() and recorded.read_text() == stamp:
         return
-    for md5 in lessons.glob("*/m[0-9][0-9]_*.py.md5"):
+    for md5 in lessons.glob("*/*.py.md5"):
         md5.unlink()
     lessons.mkdir(parents=True, exist_ok=True)
-    stamp.write_text(common)
-
-
-def _module_zips(app, lang: str) -> None:
-    """After the gallery ran: one .py zip and one .ipynb zip per module folder."""
-    lessons = DOCS / lang / "lessons"
-    for folder in sorted(p for p in lessons.glob("m[0-9][0-9]_*") if p.is_dir()):
-        for kind, suffix in (("python", ".py"), ("jupyter", ".ipynb")):
-            files = sorted(folder.glob(f"m[0-9][0-9]_*{suffix}"))
-            if not files:
-                continue
-            target = lessons / f"{folder.name}_{kind}.zip"
-            new = target.with_suffix(".zip.new")
-            with zipfile.ZipFile(new, "w", zipfile.ZIP_DEFLATED) as archive:
-                for file in files:
-                    # Fixed timestamps: the zip only changes when a lesson does.
-                    info = zipfile.ZipInfo(f"{folder.name}/{file.name}", (2026, 1, 1, 0, 0, 0))
-                    archive.writestr(info, file.read_bytes(), zipfile.ZIP_DEFLATED)
-            if target.exists() and target.read_bytes() == new.read_bytes():
-                new.unlink()
-            else:
-                new.replace(target)
-
-
-def write_site_root(html: Path) -> None:
-    """Write the folder holding one build per language (``html/<lang>``): its language picker,
-    its 404 page and the sitemap index pointing at each language's sitemap.
-
-    languages.build_site calls it once, after every language has been built.
-    """
-    (html / "index.html").write_text((DOCS / "index.html").read_text("utf-8"), "utf-8")
-    not_found = (DOCS / "404.html").read_text("utf-8")
-    site_path = urlparse(SITE_URL).path
-    (html / "404.html").write_text(not_found.replace("/SITE_PATH/", site_path), "utf-8")
-    sitemaps = "".join(
-        f"  <sitemap><loc>{SITE_URL}{lang}/sitemap.xml</loc></sitemap>\n" for lang in LANGUAGES
-    )
-    (html / "sitemap.xml").write_text(
-        '<?xml version="1.0" encoding="UTF-8"?>\n'
-        '<sitemapindex xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">\n'
-        + sitemaps
-        + "</sitemapindex>\n",
-        "utf-8",
-    )
+    recorded.write_text(stamp)

@@ -2,6 +2,7 @@
 
 import subprocess
 from pathlib import Path
+from urllib.parse import urlparse
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,8 +42,31 @@ def build_site(python: str, html: Path, extra_args=()) -> dict[str, tuple[int, s
         output, _ = process.communicate()
         results[lang] = (process.returncode, output)
     if not any(code for code, _ in results.values()):
-        # Imported here: course_site reads the Sphinx settings, which import this module.
-        from course_site import write_site_root
-
         write_site_root(Path(html))
     return results
+
+
+def write_site_root(html: Path) -> None:
+    """Write the folder holding one build per language (``html/<lang>``): its language picker,
+    its 404 page and the sitemap index pointing at each language's sitemap.
+
+    build_site calls it once, after every language has been built. Written without Sphinx:
+    nox runs it in its own Python.
+    """
+    # Imported here: the Sphinx settings import this module.
+    from course_conf import DOCS, SITE_URL
+
+    (html / "index.html").write_text((DOCS / "index.html").read_text("utf-8"), "utf-8")
+    not_found = (DOCS / "404.html").read_text("utf-8")
+    site_path = urlparse(SITE_URL).path
+    (html / "404.html").write_text(not_found.replace("/SITE_PATH/", site_path), "utf-8")
+    sitemaps = "".join(
+        f"  <sitemap><loc>{SITE_URL}{lang}/sitemap.xml</loc></sitemap>\n" for lang in LANGUAGES
+    )
+    (html / "sitemap.xml").write_text(
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        '<sitemapindex xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">\n'
+        + sitemaps
+        + "</sitemapindex>\n",
+        "utf-8",
+    )

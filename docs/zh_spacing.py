@@ -23,13 +23,15 @@ import re
 from docutils import nodes
 from docutils.transforms import Transform
 
+from common.charts import CJK_CHARACTERS
+
 __all__ = ["CJK", "FULL_WIDTH_PUNCTUATION", "ZhSpacing", "setup", "tidy"]
 
 #: Full-width punctuation: CJK symbols and punctuation (、。「」…) and half/full-width forms
 #: (，：；！？（）／…). The em dash (—) is not in it: the course writes it between spaces.
 FULL_WIDTH_PUNCTUATION = "\u3000-\u303f\uff00-\uffef"
 #: Characters written without spaces between them: Han, kana and full-width punctuation.
-CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff" + FULL_WIDTH_PUNCTUATION
+CJK = CJK_CHARACTERS + FULL_WIDTH_PUNCTUATION
 
 _IS_CJK = re.compile(f"[{CJK}]")
 _IS_PUNCTUATION = re.compile(f"[{FULL_WIDTH_PUNCTUATION}]")

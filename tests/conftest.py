@@ -28,7 +28,11 @@ needs_dot = pytest.mark.skipif(
 def pytest_configure(config):
     """Refuse a pytest whose node ids pytest-xdist 3.8 cannot tag with their xdist_group: the
     groups would do nothing, and the built-site tests would share no site (two workers would
-    build it at once into the same generated folders)."""
+    build it at once into the same generated folders).
+
+    Upstream: pytest-dev/pytest-xdist#1386 (open as of pytest-xdist 3.8.0); drop this guard,
+    and raise the pytest pin, with the first pytest-xdist release that fixes it.
+    """
     if config.getoption("dist", "no") == "loadgroup" and pytest.version_tuple >= (9, 2):
         raise pytest.UsageError(
             f"pytest {pytest.__version__} ignores xdist_group (pytest-xdist's loadgroup sets "
@@ -114,7 +118,16 @@ def caching_pattern_graphs(export_pattern):
     return cached
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(autouse=True)
+def _patterns_on_their_worker(request):
+    """Tests marked ON_THE_PATTERN_WORKER get the cache; other workers never import torchao's
+    pattern modules for it."""
+    group = request.node.get_closest_marker("xdist_group")
+    if group is not None and group.args[:1] == ON_THE_PATTERN_WORKER.args:
+        request.getfixturevalue("torchao_patterns_exported_once")
+
+
+@pytest.fixture(scope="session")
 def torchao_patterns_exported_once():
     import torchao.quantization.pt2e.quantize_pt2e  # noqa: F401  (imports the modules below)
     from torchao.quantization.pt2e import utils
@@ -185,25 +198,6 @@ def _dedent(code: str) -> str:
 # (xdist_group "site"), so the site is built at most once per run.
 
 
-def newest_source() -> float:
-    """Latest modification time of anything the site is built from (generated pages excluded)."""
-    newest = 0.0
-    for top in ("docs", "examples", "common"):
-        for path in (ROOT / top).rglob("*"):
-            parts = path.relative_to(ROOT).parts
-            if "__pycache__" in parts or (top == "docs" and "lessons" in parts[2:3]):
-                continue
-            if path.is_file():
-                newest = max(newest, path.stat().st_mtime)
-    return newest
-
-
-def build_stamp(html: Path) -> float | None:
-    """When the site was last built (languages.build_site writes the root's sitemap last)."""
-    stamp = html / "sitemap.xml"
-    return stamp.stat().st_mtime if stamp.exists() else None
-
-
 def build_both(html: Path) -> None:
     """Build the site as nox -s docs does (both languages at once, -W)."""
     results = build_site(sys.executable, html)
@@ -215,15 +209,15 @@ def build_both(html: Path) -> None:
 
 
 @pytest.fixture(scope="session")
-def site(tmp_path_factory) -> Path:
-    """The built site's root folder (holding index.html, en/ and zh_TW/)."""
+def site() -> Path:
+    """The built site's root folder (holding index.html, en/ and zh_TW/).
+
+    Built as nox -s docs builds it, into build/html: incrementally, so Sphinx and
+    sphinx-gallery decide what to redo (nothing, a few seconds, when the site is up to date).
+    """
     if os.environ.get("PT2E_COURSE_SITE"):  # test a site built elsewhere, as it is
         return Path(os.environ["PT2E_COURSE_SITE"]).resolve()
-    stamp = build_stamp(BUILT)
-    if stamp is not None and stamp >= newest_source():
-        return BUILT
-    html = tmp_path_factory.mktemp("site") / "html"
     started = time.perf_counter()
-    build_both(html)
-    print(f"built the site into {html} in {time.perf_counter() - started:.0f} s")
-    return html
+    build_both(BUILT)
+    print(f"built the site into {BUILT} in {time.perf_counter() - started:.0f} s")
+    return BUILT

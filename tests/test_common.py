@@ -411,10 +411,10 @@ def test_course_style_sets_the_cjk_font_and_a_second_call_changes_nothing(pyplot
 
 
 def test_chinese_labels_are_drawn_with_cjk_glyphs(pyplot):
+    from course_gallery import missing_glyphs
     from matplotlib import font_manager
 
     from common.charts import use_course_style
-    from common.gallery import missing_glyphs
 
     figure, axes = pyplot.subplots()
     axes.set_title("校準後的 scale")
@@ -429,7 +429,7 @@ def test_chinese_labels_are_drawn_with_cjk_glyphs(pyplot):
 
 
 def test_the_gallery_refuses_a_chart_whose_chinese_has_no_font(pyplot):
-    from common.gallery import check_chart_glyphs
+    from course_gallery import check_chart_glyphs
 
     pyplot.subplots()[1].set_ylabel("準確度")
     with pytest.raises(RuntimeError, match=r"'度' of '準確度'.*use_course_style\(\)"):

@@ -9,7 +9,7 @@ import collections
 
 import pytest
 import torch
-from test_handmade import TEST_MODELS, build
+from graphs import TEST_MODELS, build, call_function_targets
 from torch import nn
 
 from common.models import LARGE_MODEL_NAMES, MODEL_NAMES, example_inputs, get_model, input_shape
@@ -101,10 +101,6 @@ def quantized(name: str, quantizer=None) -> torch.fx.GraphModule:
     return convert_pt2e(prepared)
 
 
-def call_function_targets(gm) -> collections.Counter:
-    return collections.Counter(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
-
-
 def dense(t: torch.Tensor) -> torch.Tensor:
     """A prepacked weight is an opaque mkldnn tensor; to_dense reads its values back."""
     return t.to_dense() if t.layout == torch._mkldnn else t
@@ -190,9 +186,8 @@ def test_lower_accepts_handmade_convert():
     assert torch.equal(a(*x), b(*x))
 
 
-def test_handmade_reexports_lower():
-    assert handmade.lower is lowering.lower
-    assert "lower" in handmade.__all__
+def test_lower_has_one_name():
+    assert not hasattr(handmade, "lower"), "lower lives in common.lowering only"
 
 
 # --- What common.lowering refuses, loudly -----------------------------------------------------

@@ -111,6 +111,29 @@ def test_every_internal_link_and_anchor_resolves(site):
     assert not broken, "broken internal links:\n" + "\n".join(broken[:50])
 
 
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_lessons_keep_their_addresses_and_labels(site, lang):
+    """One gallery per module changes no address: a lesson is lessons/<module>/<file>.html with
+    the label sphx_glr_lessons_<module>_<file>.py, its module lessons/<module>/index.html with
+    sphx_glr_lessons_<module>, and the lessons index lists every module page in course order."""
+
+    def anchor(label: str) -> str:  # how Sphinx writes a label as an HTML id
+        return re.sub(r"[_.]", "-", label)
+
+    modules = course_conf.module_folders(lang)
+    for relative in lessons(lang):
+        page = site / lang / "lessons" / relative.with_suffix(".html")
+        assert page.exists(), f"{lang}: no page for {relative}"
+        label = f"sphx_glr_lessons_{relative.parent}_{relative.name}"
+        assert f'id="{anchor(label)}"' in page.read_text("utf-8"), f"{page}: no {label}"
+    index = (site / lang / "lessons" / "index.html").read_text("utf-8")
+    for module in modules:
+        page = (site / lang / "lessons" / module / "index.html").read_text("utf-8")
+        assert f'id="{anchor(f"sphx_glr_lessons_{module}")}"' in page, module
+    listed = re.findall(r'href="([a-z][a-z0-9_]*)/index\.html"', index)
+    assert list(dict.fromkeys(listed)) == modules, "the lessons index lists every module, in order"
+
+
 def test_site_root(site):
     index = (site / "index.html").read_text("utf-8")
     for lang in LANGUAGES:
@@ -201,7 +224,12 @@ def test_course_map_has_a_card_per_lesson(site, lang):
             f"course map: no card for {href}"
         )
     thumbs = re.findall(r'<img[^>]+class="[^"]*sd-card-img-top[^"]*"', html)
-    assert len(thumbs) == len(lesson_pages(lang)), "every lesson card shows its key picture"
+    scripts = [
+        script
+        for module in course_conf.module_folders(lang)
+        for script in (ROOT / "examples" / lang / module).glob("*.py")
+    ]
+    assert len(thumbs) == len(scripts), "every lesson card shows its key picture"
     index = (site / lang / "index.html").read_text("utf-8")
     assert 'href="course_map.html"' in index, "the landing page links to the course map"
 

@@ -165,13 +165,11 @@ def fixture_artefacts(out: Path) -> list[str]:
     return [a for page in ("index", "myst") for a in artefacts((out / f"{page}.html").read_text())]
 
 
-@pytest.mark.slow
 def test_without_the_transform_the_fixture_shows_stray_spaces(tmp_path):
     found = fixture_artefacts(build_fixture(tmp_path, []))
     assert len(found) >= 6, f"the fixture should show every kind of stray space: {found}"
 
 
-@pytest.mark.slow
 def test_the_transform_removes_every_stray_space(tmp_path):
     out = build_fixture(tmp_path, ["zh_spacing"])
     assert fixture_artefacts(out) == []

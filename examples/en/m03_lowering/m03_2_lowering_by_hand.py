@@ -11,7 +11,7 @@ the old nodes — and ends with a graph whose operators, constants and outputs a
 **What you will learn**
 
 - The moves of a lowering: match, prepack, replace, fuse post-ops, fold constants
-- What ``common.handmade.lower`` does, and what it refuses
+- What ``common.lowering.lower`` does, and what it refuses
 - How to prove two lowerings equal when the weights are opaque oneDNN tensors
 
 **Prerequisites**:
@@ -43,7 +43,7 @@ quiet()
 from torchao.quantization.pt2e.lowering import lower_pt2e_quantized_to_x86
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-from common import handmade, lowering
+from common import lowering
 
 aten, onednn = torch.ops.aten, torch.ops.onednn
 x = example_inputs(8)
@@ -183,11 +183,11 @@ assert same_constants(gm, reference), "the same constants, prepacked weights inc
 assert torch.equal(gm(*fresh), reference(*fresh)), "bit-exact with lower_pt2e_quantized_to_x86"
 
 # %%
-# The packaged version, ``common.handmade.lower(model, example_inputs)`` (code in
-# ``common.lowering``), runs steps 1–5; ``tests/test_lowering.py`` checks it against torchao on
-# every zoo model and M02 test model, bit for bit.
+# The packaged version, ``common.lowering.lower(model, example_inputs)``, runs steps 1–5;
+# ``tests/test_lowering.py`` checks it against torchao on every zoo model and M02 test model,
+# bit for bit.
 
-packaged = handmade.lower(simulated, x)
+packaged = lowering.lower(simulated, x)
 lowering.reshape_views(packaged)
 assert torch.equal(packaged(*fresh), reference(*fresh))
 
@@ -208,7 +208,7 @@ class LinearPlusInput(nn.Module):
 
 
 with expect_error(NotImplementedError, match="linear + add"):
-    handmade.lower(quantize(LinearPlusInput().eval()), x)
+    lowering.lower(quantize(LinearPlusInput().eval()), x)
 
 # %%
 # Summary
@@ -216,12 +216,12 @@ with expect_error(NotImplementedError, match="linear + add"):
 # A lowering is five graph edits: re-export into the patterns' form; per conv/linear, insert
 # the prepack and the int8 op before the float op, move its users over, erase the float op
 # and its dequantize nodes; fuse ``relu``/``add``/``quantize`` chains into the int8 op; run
-# the prepacks once and keep the results as constants. ``common.handmade.lower`` is bit-exact
+# the prepacks once and keep the results as constants. ``common.lowering.lower`` is bit-exact
 # with torchao's lowering and refuses loudly what it does not know.
 #
 # Exercises
 # ---------
-# 1. Run ``handmade.lower`` on ``conv_bn_relu``. How many nodes does the fused op replace, and
+# 1. Run ``lowering.lower`` on ``conv_bn_relu``. How many nodes does the fused op replace, and
 #    what is its output dtype? Check against torchao.
 #
 #    .. dropdown:: Solution
@@ -229,7 +229,7 @@ with expect_error(NotImplementedError, match="linear + add"):
 #       .. code-block:: python
 #
 #          q = quantize(get_model("conv_bn_relu"))
-#          mine, theirs = handmade.lower(q, x), lower_pt2e_quantized_to_x86(q, x)
+#          mine, theirs = lowering.lower(q, x), lower_pt2e_quantized_to_x86(q, x)
 #          (op,) = [n for n in mine.graph.nodes if "onednn" in str(n.target)]
 #          assert op.args[13] == torch.float32 and op.args[14] == "relu"
 #          assert ops(mine) == ops(theirs) and torch.equal(mine(*fresh), theirs(*fresh))

@@ -10,7 +10,7 @@ torchao 用 inductor 的模式比對器（pattern matcher）做 lowering；但�
 **你會學到**
 
 - lowering 的動作：比對、預先打包、替換、融合後置運算、折疊常數
-- ``common.handmade.lower`` 做了什麼，又拒絕做什麼
+- ``common.lowering.lower`` 做了什麼，又拒絕做什麼
 - 當 weight 是不透明的 oneDNN 張量時，如何證明兩個 lowering 相同
 
 **先備知識**：
@@ -42,7 +42,7 @@ quiet()
 from torchao.quantization.pt2e.lowering import lower_pt2e_quantized_to_x86
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-from common import handmade, lowering
+from common import lowering
 
 aten, onednn = torch.ops.aten, torch.ops.onednn
 x = example_inputs(8)
@@ -182,11 +182,10 @@ assert same_constants(gm, reference), "常數相同，包括預先打包的 weig
 assert torch.equal(gm(*fresh), reference(*fresh)), "和 lower_pt2e_quantized_to_x86 逐位元相同"
 
 # %%
-# 包裝好的版本 ``common.handmade.lower(model, example_inputs)`` （程式碼在
-# ``common.lowering`` ）執行步驟 1～5； ``tests/test_lowering.py`` 在模型庫的每個模型和
-# M02 的每個測試模型上，逐位元地和 torchao 比對。
+# 包裝好的版本 ``common.lowering.lower(model, example_inputs)`` 執行步驟 1～5；
+# ``tests/test_lowering.py`` 在模型庫的每個模型和 M02 的每個測試模型上，逐位元地和 torchao 比對。
 
-packaged = handmade.lower(simulated, x)
+packaged = lowering.lower(simulated, x)
 lowering.reshape_views(packaged)
 assert torch.equal(packaged(*fresh), reference(*fresh))
 
@@ -207,7 +206,7 @@ class LinearPlusInput(nn.Module):
 
 
 with expect_error(NotImplementedError, match="linear + add"):
-    handmade.lower(quantize(LinearPlusInput().eval()), x)
+    lowering.lower(quantize(LinearPlusInput().eval()), x)
 
 # %%
 # 小結
@@ -215,11 +214,11 @@ with expect_error(NotImplementedError, match="linear + add"):
 # lowering 就是五種改圖動作：重新匯出成模式所針對的形式；對每個 conv／linear，在浮點數運算
 # 之前插入 prepack 和 int8 運算、把使用者移過去、刪掉浮點數運算和它的 dequantize；把
 # ``relu`` ／ ``add`` ／ ``quantize`` 鏈融合進 int8 運算；執行 prepack 一次，把結果留作常數。
-# ``common.handmade.lower`` 和 torchao 的 lowering 逐位元相同，不會做的事則明確拒絕。
+# ``common.lowering.lower`` 和 torchao 的 lowering 逐位元相同，不會做的事則明確拒絕。
 #
 # 練習
 # ----
-# 1. 對 ``conv_bn_relu`` 執行 ``handmade.lower`` 。融合後的運算取代了幾個 node？輸出 dtype
+# 1. 對 ``conv_bn_relu`` 執行 ``lowering.lower`` 。融合後的運算取代了幾個 node？輸出 dtype
 #    是什麼？和 torchao 比對。
 #
 #    .. dropdown:: 解答
@@ -227,7 +226,7 @@ with expect_error(NotImplementedError, match="linear + add"):
 #       .. code-block:: python
 #
 #          q = quantize(get_model("conv_bn_relu"))
-#          mine, theirs = handmade.lower(q, x), lower_pt2e_quantized_to_x86(q, x)
+#          mine, theirs = lowering.lower(q, x), lower_pt2e_quantized_to_x86(q, x)
 #          (op,) = [n for n in mine.graph.nodes if "onednn" in str(n.target)]
 #          assert op.args[13] == torch.float32 and op.args[14] == "relu"
 #          assert ops(mine) == ops(theirs) and torch.equal(mine(*fresh), theirs(*fresh))

@@ -1,7 +1,8 @@
-"""sphinx-gallery hooks: collect the pictures ``draw`` makes while a lesson runs on the site.
+"""The site's sphinx-gallery hooks: put the pictures ``draw`` makes on the lesson pages.
 
-Kept apart from common.viz so that resolving these hooks does not import torch: a docs
-rebuild with no lesson to run then never pays for it.
+Part of the site's build (docs/course_conf.py names them), not of what readers import. Kept
+apart from common.viz so that resolving these hooks does not import torch: a docs rebuild with
+no lesson to run then never pays for it.
 """
 
 import html

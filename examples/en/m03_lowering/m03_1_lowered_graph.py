@@ -200,10 +200,11 @@ assert y_int8.shape == y_simulated.shape
 # %%
 # Step 6 — Real int8 against simulated int8
 # -----------------------------------------
-# Compare the conv's uint8 output, in quantization steps, on unseen images. In theory the two
-# agree to ±1 step: oneDNN sums integer products exactly in int32, then requantizes (rescales
-# with the input and weight scales, adds the bias, applies relu, rounds); the simulation does
-# the same in float, where a rounding at a half-step can tip the other way.
+# Compare the conv's uint8 output, in quantization steps, on unseen images. Where oneDNN sums
+# the integer products exactly in int32 and then requantizes (rescales with the input and
+# weight scales, adds the bias, applies relu, rounds), the two agree to ±1 step: the
+# simulation does the same in float, where a rounding at a half-step can tip the other way.
+# Whether the sums are exact depends on the CPU, as the next cells show.
 
 fresh = example_inputs(8, seed=123)
 

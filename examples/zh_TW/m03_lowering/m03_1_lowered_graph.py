@@ -200,9 +200,10 @@ assert y_int8.shape == y_simulated.shape
 # %%
 # 步驟 6 — 真正的 int8 對上模擬的 int8
 # ------------------------------------
-# 在沒看過的影像上，以量化階（step）為單位比較 conv 的 uint8 輸出。理論上兩者最多差 1 階：
-# oneDNN 在 int32 裡精確地加總整數乘積，再重新量化（乘上輸入與 weight 的 scale、加上 bias、
-# 套用 relu、捨入）；模擬用浮點數做同樣的事，剛好落在半階上的捨入可能偏向另一邊。
+# 在沒看過的影像上，以量化階（step）為單位比較 conv 的 uint8 輸出。只要 oneDNN 在 int32 裡
+# 精確地加總整數乘積，再重新量化（乘上輸入與 weight 的 scale、加上 bias、套用 relu、捨入），
+# 兩者最多差 1 階：模擬用浮點數做同樣的事，剛好落在半階上的捨入可能偏向另一邊。加總是否
+# 精確取決於 CPU，接下來幾格會說明。
 
 fresh = example_inputs(8, seed=123)
 

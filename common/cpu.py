@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["ISA_PATHS", "CpuInfo", "describe", "isa_environment", "run_under_isa"]
+__all__ = ["ISA_PATHS", "CpuInfo", "describe", "isa_environment", "run_under_isa", "weaker_paths"]
 
 #: The kernel paths a lesson can ask for, weakest first, and the variables that cap oneDNN's
 #: and ATen's instruction sets in a fresh process (both are read once, at first use, so they
@@ -130,6 +130,31 @@ def describe() -> CpuInfo:
     )
 
 
+def weaker_paths(*, cpu: CpuInfo | None = None) -> list[str]:
+    """The ``ISA_PATHS`` below this process's int8 path, weakest first.
+
+    A cap never raises a path above what the hardware has, so these are the paths
+    ``run_under_isa`` can show beside the native one: ``["AVX2", "AVX512_CORE"]`` on a CPU
+    with AVX512-VNNI, none on an AVX2 CPU (or in a process already capped at AVX2).
+
+    Args:
+        cpu: the CPU to compare with; ``describe()`` when omitted.
+
+    Returns:
+        list: names from ``ISA_PATHS``.
+
+    >>> set(weaker_paths()) <= set(ISA_PATHS)
+    True
+    >>> from dataclasses import replace
+    >>> weaker_paths(cpu=replace(describe(), onednn="AVX2"))
+    []
+    >>> weaker_paths(cpu=replace(describe(), onednn="AVX512_CORE_AMX"))
+    ['AVX2', 'AVX512_CORE', 'AVX512_CORE_VNNI']
+    """
+    own = _ONEDNN_ORDER.index((cpu or describe()).onednn)
+    return [isa for isa in ISA_PATHS if _ONEDNN_ORDER.index(isa) < own]
+
+
 def isa_environment(isa: str) -> dict:
     """The environment variables that cap a fresh process at ``isa``.
 
@@ -209,7 +234,5 @@ def run_under_isa(isa: str, source: str, *, timeout: float = 900) -> dict:
     if done.returncode or not lines:
         errors = [line for line in done.stderr.strip().splitlines() if line.strip()]
         last = errors[-1] if errors else "no result was printed"
-        raise RuntimeError(
-            f"the step run under ISA {isa} failed (exit {done.returncode}): {last}"
-        )
+        raise RuntimeError(f"the step run under ISA {isa} failed (exit {done.returncode}): {last}")
     return json.loads(lines[-1][len(_MARK) :])

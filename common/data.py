@@ -8,6 +8,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from common.cpu import describe
+
 __all__ = [
     "SPLITS",
     "DigitsCNN",
@@ -166,10 +168,13 @@ def fit(model: nn.Module, *, epochs: int, seed: int = 0, lr: float = _LEARNING_R
 def train_digits_cnn(*, seed: int = 0, epochs: int = EPOCHS, cache: bool = True) -> DigitsCNN:
     """Return a :class:`DigitsCNN` trained on the train split, in eval mode.
 
-    Training is deterministic: the same ``seed`` and ``epochs`` give the same weights bit for
-    bit, in any process. In a source checkout the weights are kept in ``build/cache/``, keyed
-    by this module's source and the arguments, so later calls (other lessons, the other
-    language's build, the tests) load them instead of training again.
+    Training is deterministic per kernel path: the same ``seed`` and ``epochs`` give the same
+    weights bit for bit in any process whose CPU takes the same float kernels
+    (``common.cpu.describe().kernel_path``; AVX2 and AVX-512 kernels round differently, so
+    they train slightly different weights). In a source checkout the weights are kept in
+    ``build/cache/``, keyed by this module's source, torch's version, the kernel path and the
+    arguments, so later calls (other lessons, the other language's build, the tests) load them
+    instead of training again.
 
     Args:
         seed: seeds the initial weights and the order of the batches.
@@ -188,7 +193,10 @@ def train_digits_cnn(*, seed: int = 0, epochs: int = EPOCHS, cache: bool = True)
         raise ValueError(f"epochs must be a positive integer, got {epochs!r}")
     path = None
     if cache and _CACHE is not None:
-        path = _CACHE / f"digits_cnn-{_SOURCE_HASH}-torch{torch.__version__}-s{seed}-e{epochs}.pt"
+        # Float kernels of different ISAs round differently, so they train different weights.
+        kernels = describe().kernel_path
+        name = f"digits_cnn-{_SOURCE_HASH}-torch{torch.__version__}-{kernels}-s{seed}-e{epochs}.pt"
+        path = _CACHE / name
     with _reproducible():
         torch.manual_seed(seed)  # nn layers draw their initial weights from the global RNG
         model = DigitsCNN()

@@ -1,4 +1,4 @@
-"""Timing models so that the numbers hold on a small shared machine: interleaved, one thread, spread."""
+"""Timing models so that numbers hold on a small shared machine: interleaved, one thread, spread."""
 
 import contextlib
 import os
@@ -78,10 +78,12 @@ class Timings:
     def table(self) -> str:
         """A plain-text table: median, p10–p90 and spread per model, then the header."""
         width = max((len(label) for label in self.times), default=5)
-        lines = [f"{'':{width}}  median ms   p10–p90 ms      spread"]
+        ranges = {label: f"{t.low:.3f}–{t.high:.3f}" for label, t in self.times.items()}
+        span = max((len(r) for r in ranges.values()), default=10)
+        lines = [f"{'':{width}}  {'median ms':>10}  {'p10–p90 ms':>{span}}  spread"]
         for label, t in self.times.items():
             lines.append(
-                f"{label:{width}}  {t.median:9.3f}   {t.low:7.3f}–{t.high:<7.3f}  {t.spread:6.0%}"
+                f"{label:{width}}  {t.median:10.3f}  {ranges[label]:>{span}}  {t.spread:6.0%}"
             )
         return "\n".join([*lines, self.header()])
 
@@ -116,6 +118,10 @@ def compare_speed(
     choice, allocation, compiled-code loading) are not timed. Runs under ``torch.no_grad()``
     with ``threads`` threads and restores the caller's thread count. Print the result; never
     assert on it.
+
+    Compile ``torch.compile`` models under the same thread count (``timing_threads()``):
+    inductor writes the count into the code it generates, and code compiled for two threads
+    runs several times slower when timed on one core beside one-thread models.
 
     Args:
         models: label to callable, e.g. ``{"fp32": model, "int8": compiled}``.

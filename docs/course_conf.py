@@ -38,6 +38,8 @@ API_MODULES = (
     "common.quantizer",
     "common.handmade",
     "common.expect",
+    "common.cpu",
+    "common.timing",
     "common.charts",
 )
 

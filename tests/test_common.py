@@ -1,16 +1,20 @@
-"""Unit tests of the common package: versions, model zoo, export, quiet, draw."""
+"""Unit tests of the common package: versions, model zoo, export, quiet, draw, cpu, timing."""
 
 import logging
 import re
 import tomllib
 import warnings
+from dataclasses import replace
 
 import pytest
 import torch
 
 import common
+from common import cpu as cpu_module
+from common.cpu import ISA_PATHS, describe, isa_environment, run_under_isa, weaker_paths
 from common.models import MODEL_NAMES, example_inputs, get_model
 from common.pt2e import calibrate, export_module, quiet
+from common.timing import Timing, compare_speed, timing_threads
 from common.viz import GraphvizMissingError, draw, to_dot
 
 from conftest import ROOT, needs_dot
@@ -448,3 +452,147 @@ def test_the_font_is_set_in_one_place_for_the_course():
         assert not font_setting.search(code), f"{path.name} sets a font; use use_course_style()"
         if "matplotlib" in code:
             assert "use_course_style()" in code, f"{path.name} charts without use_course_style()"
+
+
+# --------------------------------------------------------------- common.cpu and common.timing
+
+
+def uncapped(monkeypatch):
+    for name in ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.parametrize(
+    ("flags", "path"),
+    [
+        ({"avx512_vnni": True, "amx_int8": True}, "AVX512_CORE_AMX"),
+        (
+            {"avx512_vnni": True, "avx512_bw": True, "avx512_vl": True, "avx512_dq": True},
+            "AVX512_CORE_VNNI",
+        ),
+        ({"avx512_bw": True, "avx512_vl": True, "avx512_dq": True}, "AVX512_CORE"),
+        ({"avx_vnni": True}, "AVX2_VNNI"),
+        ({"avx2": True}, "AVX2"),
+    ],
+    ids=["amx", "avx512-vnni", "avx512-without-vnni", "avx-vnni", "avx2"],
+)
+def test_describe_names_the_int8_path_from_the_cpu_flags(flags, path, monkeypatch):
+    uncapped(monkeypatch)
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: {"cpu_name": "Test CPU", **flags})
+    info = describe()
+    assert info.onednn == path
+    assert info.vnni == path.endswith(("VNNI", "AMX")), "VNNI: the int8 sums are exact"
+    assert info.amx_int8 == (path == "AVX512_CORE_AMX")
+    assert not info.emulated
+    yes_no = "yes" if info.vnni else "no"
+    assert f"oneDNN int8 path {path}; VNNI {yes_no}" in info.verdict
+    assert info.verdict.startswith("Test CPU: ")
+
+
+def test_describe_follows_the_isa_cap_down_but_never_up(monkeypatch):
+    uncapped(monkeypatch)
+    native = describe()
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    capped = describe()
+    assert (capped.onednn, capped.vnni, capped.amx_int8, capped.bf16) == (
+        "AVX2",
+        False,
+        False,
+        False,
+    )
+    assert capped.emulated and "capped by ONEDNN_MAX_CPU_ISA" in capped.verdict
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_AMX")
+    assert describe().onednn == native.onednn, "a cap above the hardware changes nothing"
+
+
+def test_verdict_and_kernel_path_say_threads_and_both_isas():
+    info = describe()
+    assert f"{info.threads} of {info.cores} threads" in info.verdict
+    assert info.kernel_path == f"{info.aten}+{info.onednn}"
+    assert set(info.as_dict()) >= {"onednn", "vnni", "amx_int8", "bf16", "threads"}
+
+
+@pytest.mark.parametrize(
+    ("path", "weaker"),
+    [
+        ("AVX2", []),
+        ("AVX2_VNNI", ["AVX2"]),
+        ("AVX512_CORE", ["AVX2"]),
+        ("AVX512_CORE_VNNI", ["AVX2", "AVX512_CORE"]),
+        ("AVX512_CORE_AMX", ["AVX2", "AVX512_CORE", "AVX512_CORE_VNNI"]),
+    ],
+)
+def test_weaker_paths_are_those_a_cap_can_reach(path, weaker):
+    assert weaker_paths(cpu=replace(describe(), onednn=path)) == weaker
+
+
+def test_isa_environment_caps_both_libraries_and_refuses_unknown_names():
+    assert isa_environment("native") == {}
+    assert isa_environment("AVX2") == {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
+    assert all(isa_environment(isa)["ONEDNN_MAX_CPU_ISA"] == isa for isa in ISA_PATHS)
+    with pytest.raises(ValueError, match=r"unknown ISA 'avx2' \(one of: native, AVX2, "):
+        isa_environment("avx2")
+
+
+def test_run_under_isa_runs_a_fresh_capped_interpreter():
+    found = run_under_isa("AVX2", "import torch\nresult = torch.backends.cpu.get_cpu_capability()")
+    assert found["result"] == "AVX2", "ATen capped at AVX2"
+    assert found["cpu"]["onednn"] == "AVX2" and found["cpu"]["emulated"]
+    assert not found["cpu"]["vnni"]
+
+
+def test_run_under_isa_reports_the_failing_line():
+    with pytest.raises(RuntimeError, match=r"under ISA AVX2 failed \(exit 1\): ZeroDivisionError"):
+        run_under_isa("AVX2", "result = 1 / 0")
+
+
+def test_run_under_isa_refuses_an_unknown_isa_before_starting_anything(monkeypatch):
+    monkeypatch.setattr(cpu_module.subprocess, "run", None)  # would fail if it were called
+    with pytest.raises(ValueError, match="unknown ISA"):
+        run_under_isa("SSE4", "result = 1")
+
+
+def test_compare_speed_interleaves_rounds_in_a_rotating_order():
+    calls = []
+    models = {label: (lambda x, label=label: calls.append(label)) for label in "abc"}
+    timings = compare_speed(models, (None,), rounds=5, warmup=1)
+    rounds = [calls[i : i + 3] for i in range(0, len(calls), 3)]
+    assert len(rounds) == 6 and all(sorted(r) == ["a", "b", "c"] for r in rounds)
+    assert [r[0] for r in rounds] == ["a", "b", "c", "a", "b", "c"], "each model leads in turn"
+    assert all(timings[label].rounds == 5 for label in "abc"), "warm-up rounds are not timed"
+
+
+def test_compare_speed_times_on_its_threads_and_restores_the_callers():
+    before, seen = torch.get_num_threads(), []
+    timings = compare_speed({"m": lambda x: seen.append(torch.get_num_threads())}, (0,), rounds=5)
+    assert set(seen) == {timing_threads()} and timings.threads == timing_threads()
+    assert torch.get_num_threads() == before
+    compare_speed({"m": lambda x: seen.append(torch.get_num_threads())}, (0,), rounds=5, threads=1)
+    assert seen[-1] == 1
+
+
+def test_compare_speed_table_says_how_the_numbers_were_taken():
+    timings = compare_speed({"fp32": torch.neg, "int8": torch.abs}, (torch.ones(64),), rounds=5)
+    table = timings.table()
+    for piece in ("fp32", "int8", "median ms", "p10–p90", "spread", "load average"):
+        assert piece in table
+    assert f"timed with {timings.threads} thread(s), 5 interleaved rounds" in table
+    assert describe().verdict.split(";")[0] in table, "the CPU's int8 verdict"
+    t = timings["fp32"]
+    assert t.low <= t.median <= t.high
+    assert timings.ratio("fp32", "int8") == t.median / timings["int8"].median
+
+
+def test_timing_spread_is_the_middle_range_over_the_median():
+    assert Timing(median=10.0, low=9.0, high=12.0, rounds=5).spread == pytest.approx(0.3)
+    assert Timing(median=0.0, low=0.0, high=0.0, rounds=5).spread == 0.0
+
+
+@pytest.mark.parametrize(
+    ("models", "rounds", "message"),
+    [({}, 30, "at least one model"), ({"m": abs}, 4, "rounds=4 gives no usable median")],
+    ids=["no-models", "too-few-rounds"],
+)
+def test_compare_speed_refuses_unusable_settings(models, rounds, message):
+    with pytest.raises(ValueError, match=message):
+        compare_speed(models, (1,), rounds=rounds)

@@ -65,6 +65,21 @@ def test_the_cache_returns_the_trained_weights(tmp_path, monkeypatch):
     assert stored.exists()
 
 
+def test_the_cache_is_keyed_by_the_kernel_path(tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    monkeypatch.setattr(data, "_CACHE", tmp_path)
+    native = data.describe()
+    train_digits_cnn(seed=5, epochs=1)
+    other = replace(native, aten=f"not-{native.aten}")
+    monkeypatch.setattr(data, "describe", lambda: other)
+    train_digits_cnn(seed=5, epochs=1)
+    names = sorted(p.name for p in tmp_path.glob("digits_cnn-*-s5-e1.pt"))
+    assert len(names) == 2, f"one file per kernel path, got {names}"
+    for cpu in (native, other):
+        assert any(f"-{cpu.kernel_path}-" in name for name in names), cpu.kernel_path
+
+
 def test_the_trained_model_reads_digits():
     assert accuracy(train_digits_cnn()) > 0.95
 

@@ -34,8 +34,6 @@ draws what each one changes in the graph and counts its nodes.
 # batches of eight images. ``Q`` is the namespace of the q/dq ops.
 
 import copy
-import statistics
-import time
 from collections import Counter
 
 import torch
@@ -44,6 +42,7 @@ from torch.nn.utils.fusion import fuse_conv_bn_weights
 from common.expect import expect_error
 from common.models import example_inputs, get_model
 from common.pt2e import calibrate, export_module, quiet, x86_quantizer
+from common.timing import compare_speed
 from common.viz import draw, draw_diff
 
 quiet()
@@ -56,8 +55,8 @@ model = get_model("small_cnn")
 x = example_inputs(8)
 
 # %%
-# ``census`` counts a graph's nodes by their role; ``median_ms`` times models in turns, so
-# that a busy machine slows them all alike.
+# ``census`` counts a graph's nodes by their role, ``is_observer`` and ``node_named`` find
+# nodes.
 
 
 def is_observer(gm, node):
@@ -80,21 +79,6 @@ def census(gm):
 def node_named(gm, name):
     """The node of ``gm`` called ``name``."""
     return next(node for node in gm.graph.nodes if node.name == name)
-
-
-def median_ms(models, args, *, rounds=50):
-    """Median time of one call of each model, in milliseconds, the models taking turns."""
-    times = [[] for _ in models]
-    with torch.no_grad():
-        for _ in range(3):  # warm-up: first calls allocate and pick kernels
-            for gm in models:
-                gm(*args)
-        for _ in range(rounds):
-            for gm, spent in zip(models, times, strict=True):
-                start = time.perf_counter()
-                gm(*args)
-                spent.append(time.perf_counter() - start)
-    return [statistics.median(spent) * 1e3 for spent in times]
 
 
 # %%
@@ -311,15 +295,17 @@ for name in ("conv2d", "linear"):
 
 # %%
 # So the converted model does all the float work plus every quantize and dequantize: it is
-# *slower* than the float model, not faster. The timing below is measured on the machine that
-# built this page (median of 50 runs each, batch 8; printed, not asserted). Real int8 kernels
-# come from lowering the graph, the subject of
+# *slower* than the float model, not faster. ``compare_speed`` times the two in 50
+# interleaved rounds (batch 8), on one thread where the machine has two cores or fewer, and
+# prints the medians with their spread, the threads, the load average and the CPU's int8
+# verdict, as measured when this page was built; timings are printed, never asserted. Real
+# int8 kernels come from lowering the graph, the subject of
 # :ref:`M03-1 · the lowered graph <sphx_glr_lessons_m03_lowering_m03_1_lowered_graph.py>`.
 
-float_ms, simulated_ms = median_ms([model, converted], test)
-print(f"CPU {torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} threads")
-print(f"float model      {float_ms:7.2f} ms")
-print(f"converted model  {simulated_ms:7.2f} ms  ({simulated_ms / float_ms:.1f}× the float time)")
+timings = compare_speed({"float model": model, "converted model": converted}, test, rounds=50)
+print(timings.table())
+slower = timings.ratio("converted model", "float model")
+print(f"the converted model takes {slower:.1f}× the float model's time")
 
 # %%
 # Step 7 — fold_quantize

@@ -13,7 +13,8 @@ real int8 result is from the simulated one — and why.
 
 - Which dequantize → conv/linear → quantize groups become which ``torch.ops.onednn`` op
 - Where the prepacked int8 weights live, and which quantize/dequantize nodes remain
-- Why the int8 result differs from the simulated one on a CPU without VNNI
+- Why the int8 result differs from the simulated one on a CPU without VNNI, and how to see
+  both kernel paths on one CPU
 
 **Prerequisites**:
 :ref:`M02-3 · convert by hand <sphx_glr_lessons_m02_by_hand_m02_3_convert_by_hand.py>`.
@@ -32,6 +33,7 @@ from collections import Counter
 
 import torch
 
+from common.cpu import describe, run_under_isa, weaker_paths
 from common.expect import expect_error
 from common.models import example_inputs, get_model
 from common.pt2e import calibrate, export_module, quiet, x86_quantizer
@@ -162,8 +164,7 @@ assert dq_users == {torch.ops.aten.max_pool2d_with_indices.default, torch.ops.at
 # its output **channels-last** (NHWC in memory), max pool keeps that layout, and a ``view``
 # cannot regroup C×H×W of an NHWC tensor without copying. The q/dq graph's float conv returned
 # a contiguous (NCHW) tensor, which is what the re-export traced ``flatten`` with — so it wrote
-# ``view``. Compiled with inductor, the graph would be fine (inductor chooses the layouts);
-# run eagerly, it is not.
+# ``view``.
 
 recorder = Recorder(lowered)
 with expect_error(RuntimeError, match="view size is not compatible"):
@@ -178,6 +179,16 @@ assert conv_out.is_contiguous(memory_format=torch.channels_last) and not conv_ou
 assert recorded.values["conv2d"].is_contiguous(), "the float conv's output is NCHW"
 
 # %%
+# Compiling does not rescue this graph: ``torch.compile(lowered)`` traces the same ``view``
+# with fake tensors of the same strides and refuses it the same way. What compiles is the
+# *q/dq* graph with freezing, where inductor does the lowering itself and picks the layouts
+# (:ref:`M03-3 · speed and size <sphx_glr_lessons_m03_lowering_m03_3_speed_and_size.py>`).
+
+with expect_error(RuntimeError, match="Cannot view a tensor"):
+    torch.compile(lowered)(*x)
+torch._dynamo.reset()
+
+# %%
 # The fix: make each ``view`` a ``reshape``, which returns the same values and copies only
 # when a view is impossible (``common.lowering.reshape_views``, five lines). Now it runs.
 
@@ -189,10 +200,11 @@ assert y_int8.shape == y_simulated.shape
 # %%
 # Step 6 — Real int8 against simulated int8
 # -----------------------------------------
-# Compare the conv's uint8 output, in quantization steps, on unseen images. In theory the two
-# agree to ±1 step: oneDNN sums integer products exactly in int32, then requantizes (rescales
-# with the input and weight scales, adds the bias, applies relu, rounds); the simulation does
-# the same in float, where a rounding at a half-step can tip the other way.
+# Compare the conv's uint8 output, in quantization steps, on unseen images. Where oneDNN sums
+# the integer products exactly in int32 and then requantizes (rescales with the input and
+# weight scales, adds the bias, applies relu, rounds), the two agree to ±1 step: the
+# simulation does the same in float, where a rounding at a half-step can tip the other way.
+# Whether the sums are exact depends on the CPU, as the next cells show.
 
 fresh = example_inputs(8, seed=123)
 
@@ -212,17 +224,32 @@ def sqnr_db(reference, other):
 
 
 steps, share = conv_steps(lowered, simulated)
-print(f"CPU {torch.backends.cpu.get_cpu_capability()}: conv output differs by up to {steps} steps")
 sqnr = sqnr_db(simulated(*fresh), lowered(*fresh))
+cpu = describe()
+print(cpu.verdict)
+print(f"int8 path {cpu.onednn}: the conv output differs by up to {steps} steps")
 print(f"on {share:.1%} of its values; output SQNR {sqnr:.1f} dB")
 
 # %%
-# On a CPU with VNNI (or AMX) you see at most 1 step. On one without (this course's build
-# machine: AVX2), oneDNN multiplies uint8 × int8 with an instruction that adds *pairs* of
-# products into a **16-bit** integer, which saturates when a pair exceeds 32767
-# (255 × 127 × 2 = 64770 can). The remedy is as old as the instruction: ``reduce_range=True``
-# quantizes activations to 0…127 (7 bits), so no pair can overflow. With it, the two agree
-# to ±1 step on any CPU, which we assert, and the outputs differ by rounding only.
+# How far apart they are depends on the CPU's int8 instructions. **With VNNI** (or AMX),
+# oneDNN adds four uint8 × int8 products straight into an int32: the sums are exact, and only
+# a rounding at a half-step can differ — at most 1 step. **Without VNNI** (AVX2, and AVX-512
+# without VNNI such as Skylake-SP), it uses ``vpmaddubsw``, which adds *pairs* of products
+# into a **16-bit** integer and saturates when a pair exceeds 32767 (255 × 127 × 2 = 64770
+# can): then whole outputs go wrong by tens of steps. ``get_cpu_capability()`` says
+# ``"AVX512"`` in both AVX-512 cases; the line above reads ``torch.cpu.get_capabilities()``
+# and names the path oneDNN takes. This page was built on a CPU of this kind:
+
+print(
+    f"{cpu.onednn}, VNNI: exact int32 sums, rounding only"
+    if cpu.vnni
+    else f"{cpu.onednn}, no VNNI: 16-bit pair sums, which saturate"
+)
+
+# %%
+# The remedy is as old as the instruction: ``reduce_range=True`` quantizes activations to
+# 0…127 (7 bits), so no pair can overflow. With it, the two agree to ±1 step on any CPU,
+# and the outputs differ by rounding only.
 
 reduced = quantize(
     X86InductorQuantizer().set_global(
@@ -238,6 +265,81 @@ assert steps_7bit <= 1, "exact int32 accumulation: only rounding at half-steps c
 assert sqnr_7bit > 40, "the outputs differ by rounding only"
 
 # %%
+# Step 7 — Both kernel paths, side by side
+# ----------------------------------------
+# oneDNN reads ``ONEDNN_MAX_CPU_ISA`` (``AVX2``, ``AVX512_CORE`` = AVX-512 without VNNI, …)
+# once, at its first use, and ATen reads ``ATEN_CPU_CAPABILITY``: another kernel path needs a
+# fresh interpreter. ``run_under_isa(isa, source)`` runs ``source`` in one, capped at ``isa``,
+# and returns the ``result`` it sets. The source repeats steps 1, 5 and 6 for both recipes.
+
+STEP_6 = """
+import torch
+from torchao.quantization.pt2e.lowering import lower_pt2e_quantized_to_x86
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
+    X86InductorQuantizer,
+    get_default_x86_inductor_quantization_config,
+)
+from common.lowering import reshape_views
+from common.models import example_inputs, get_model
+from common.pt2e import calibrate, export_module
+
+x, fresh = example_inputs(8), example_inputs(8, seed=123)
+
+
+def output_of(gm, name):
+    run = torch.fx.Interpreter(gm, garbage_collect_values=False)  # keeps every node's value
+    run.run(*fresh)
+    return next(value for node, value in run.env.items() if node.name == name).int()
+
+
+result = {}
+for reduce_range in (False, True):
+    config = get_default_x86_inductor_quantization_config(reduce_range=reduce_range)
+    prepared = prepare_pt2e(
+        export_module(get_model("small_cnn"), x), X86InductorQuantizer().set_global(config)
+    )
+    calibrate(prepared)
+    simulated = convert_pt2e(prepared)
+    lowered = lower_pt2e_quantized_to_x86(simulated, x)
+    reshape_views(lowered)
+    (conv,) = [n.name for n in lowered.graph.nodes if "qconv" in str(n.target)]
+    a, b = output_of(lowered, conv), output_of(simulated, "quantize_per_tensor_default_1")
+    steps = (a - b).abs().max().item()
+    result["7-bit" if reduce_range else "8-bit"] = [steps, (a != b).float().mean().item()]
+"""
+
+# %%
+# One row per kernel path: this process's, then every weaker one this CPU can be capped to
+# (a cap never raises the path, so a CPU without VNNI shows one row). Emulation changes the
+# instructions, and so the numbers; it does not give a real AVX2 chip's speed.
+# (``ONEDNN_VERBOSE=1`` in the environment makes oneDNN print the kernel it takes, e.g.
+# ``jit_uni_int8:avx2`` or ``brg_conv_fwd:avx512_core_vnni``.)
+
+rows = {cpu.onednn: (cpu.vnni, [steps, share], [steps_7bit, share_7bit])}
+for isa in weaker_paths():
+    other = run_under_isa(isa, STEP_6)
+    result = other["result"]
+    rows[other["cpu"]["onednn"]] = (other["cpu"]["vnni"], result["8-bit"], result["7-bit"])
+print(f"{'int8 path':18} {'VNNI':5} {'8-bit: steps, share':>20} {'reduce_range: steps, share':>28}")
+for path, (vnni, full, seven) in rows.items():
+    print(
+        f"{path:18} {'yes' if vnni else 'no':5} {full[0]:>10}, {full[1]:7.1%}"
+        f" {seven[0]:>17}, {seven[1]:7.1%}"
+    )
+
+# %%
+# With VNNI the two agree to ±1 step; without it the 8-bit recipe saturates, and
+# ``reduce_range=True`` brings every path back to ±1 step.
+
+for path, (vnni, full, seven) in rows.items():
+    if vnni:
+        assert full[0] <= 1, f"{path}: with VNNI, exact int32 sums: rounding only"
+    else:
+        assert full[0] > 1, f"{path}: without VNNI, 16-bit pair sums saturate"
+    assert seven[0] <= 1, f"{path}: with 7-bit activations no pair can overflow"
+
+# %%
 # Summary
 # -------
 # ===========================================  =================================================
@@ -250,8 +352,10 @@ assert sqnr_7bit > 40, "the outputs differ by rounding only"
 # ===========================================  =================================================
 #
 # torchao 0.18's lowered graph fails when run eagerly if a ``flatten`` follows an int8 conv:
-# ``reshape_views`` fixes it. The int8 result equals the simulation to ±1 step when no
-# 16-bit overflow occurs — always with VNNI, on AVX2 only with ``reduce_range=True``.
+# ``reshape_views`` fixes it (``torch.compile`` does not). The int8 result equals the
+# simulation to ±1 step when no 16-bit overflow occurs — always with VNNI; without it (AVX2,
+# AVX-512 without VNNI) only with ``reduce_range=True``. ``run_under_isa`` shows both paths
+# on a CPU with VNNI.
 #
 # Exercises
 # ---------

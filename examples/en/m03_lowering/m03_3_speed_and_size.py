@@ -2,16 +2,17 @@
 M03-3 Speed and size, measured
 ==============================
 
-Quantization is mostly done for speed and size, and the q/dq graph gives neither: it is slower
-than float. This lesson times one model six ways — float and int8, eager and lowered, and
-under ``torch.compile`` with and without **freezing** — on the machine that builds this page,
-and weighs the saved files. The timings are printed, never asserted (they belong to the
-machine); what is asserted is what makes int8 fast: the int8 oneDNN ops in the compiled graph.
+Quantization is mostly done for speed and size. The q/dq graph already brings the size (its
+weights are stored as int8) but not the speed: its convs still run in float, with quantize
+and dequantize around them. This lesson times one model in three settings — eager, compiled,
+compiled with **freezing** — float beside int8 in each, on both kernel paths of this CPU, and
+weighs the saved files. Timings are printed with how they were taken, never asserted; what is
+asserted is what makes int8 fast: the int8 oneDNN ops in the compiled graph.
 
 **What you will learn**
 
-- Why int8 compiled without freezing gains nothing on float
-- What VNNI and AMX change, and what an AVX2-only CPU gets
+- Why int8 compiled without freezing gains nothing on float compiled the same way
+- What VNNI and AMX change, and what a CPU without them gets
 - How much smaller an int8 program is on disk
 
 **Prerequisites**:
@@ -26,12 +27,12 @@ machine); what is asserted is what makes int8 fast: the int8 oneDNN ops in the c
 # Setup
 # -----
 # ``conv_net`` from the zoo: four 3×3 convs of 64–128 channels on 28×28 images, big enough
-# for int8 kernels to matter (the 16×16 toy models spend their time in overheads). The thread
-# count and the CPU's instruction set are printed with every timing.
+# for int8 kernels to matter (the 16×16 toy models spend their time in overheads).
+# ``compare_speed`` times models in interleaved rounds, on one thread when the machine has
+# two cores or fewer, and prints medians with their spread, the load average and the CPU.
 
+import copy
 import io
-import statistics
-import time
 import warnings
 
 import matplotlib.pyplot as plt
@@ -39,8 +40,10 @@ import torch
 from torch._dynamo.utils import counters
 
 from common.charts import use_course_style
+from common.cpu import describe, run_under_isa, weaker_paths
 from common.models import example_inputs, get_model, input_shape
 from common.pt2e import export_module, quiet, x86_quantizer
+from common.timing import Timing, compare_speed, timing_threads
 from common.viz import draw
 
 quiet()
@@ -60,115 +63,159 @@ with torch.no_grad():  # calibrate on four batches of the model's image shape
     for seed in range(4):
         prepared(*example_inputs(BATCH, seed=seed, shape=input_shape("conv_net")))
 int8_model = convert_pt2e(prepared)
-cpu = f"{torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} threads"
-print(f"CPU: {cpu}; batch {BATCH} of {input_shape('conv_net')} images")
+cpu = describe()
+print(cpu.verdict)
+print(f"batch {BATCH} of {input_shape('conv_net')} images")
 
 # %%
-# ``median_ms`` runs a model once to warm up, then ``repeat`` times, and returns the median in
-# milliseconds; ``compiled`` compiles a model with ``torch.compile``, freezing on or off, and
-# runs it once (the compilation happens then).
-
-
-def median_ms(model, repeat=5) -> float:
-    with torch.no_grad():
-        model(*x)
-        times = []
-        for _ in range(repeat):
-            start = time.perf_counter()
-            model(*x)
-            times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+# ``compiled`` compiles a copy of a model with ``torch.compile``, freezing on or off, and runs
+# it once (the compilation happens then); it returns the compiled model and how many convs
+# inductor prepacked for oneDNN's int8 kernels. It compiles with the thread count the timing
+# uses: inductor writes the count into the code it generates, and code compiled for two
+# threads but timed against one-thread models is no longer like with like.
 
 
 def compiled(model, *, freezing: bool):
-    torch._dynamo.reset()
     counters.clear()
-    with torch._inductor.config.patch(freezing=freezing), torch.no_grad():
-        fast = torch.compile(model)
-        fast(*x)
-    return fast, dict(counters["inductor"])
+    before = torch.get_num_threads()
+    torch.set_num_threads(timing_threads())  # inductor writes the thread count into its code
+    try:
+        with torch._inductor.config.patch(freezing=freezing), torch.no_grad():
+            fast = torch.compile(copy.deepcopy(model))  # a copy: its own compiled code
+            fast(*x)
+    finally:
+        torch.set_num_threads(before)
+    return fast, counters["inductor"]["qconv_weight_prepack_matcher_count"]
 
 
 # %%
 # Step 1 — Eager: float, simulated int8, lowered int8
 # ---------------------------------------------------
-# The q/dq graph runs every conv in float *plus* a quantize and a dequantize per tensor: it
-# does more work than float, so expect it slower (on a busy machine single timings are noisy).
-# The lowered graph (M03-1) runs oneDNN's int8 convs, eagerly.
+# The q/dq graph runs every conv in float *plus* a quantize and a dequantize per tensor: more
+# work than float. The lowered graph (M03-1) runs oneDNN's int8 convs, eagerly.
 
-timings = {}
-timings["fp32 eager"] = median_ms(float_model)
-timings["int8 q/dq (simulated)"] = median_ms(int8_model)
 lowered = lower(int8_model, x)
 reshape_views(lowered)  # the flatten after the int8 convs (M03-1)
-timings["int8 lowered (oneDNN, eager)"] = median_ms(lowered)
 int8_ops = [n.name for n in lowered.graph.nodes if "onednn" in str(n.target)]
 draw(lowered, highlight=int8_ops, title="conv_net lowered: its oneDNN int8 ops")
-for name, ms in timings.items():
-    print(f"{name:32} {ms:8.1f} ms")
+eager = compare_speed(
+    {"fp32": float_model, "int8 q/dq (simulated)": int8_model, "int8 lowered (oneDNN)": lowered},
+    x,
+)
+print(eager.table())
 
 # %%
-# Step 2 — torch.compile, without and with freezing
+# Step 2 — torch.compile without freezing: the trap
 # -------------------------------------------------
 # ``torch.compile`` hands the graph to inductor. Without **freezing**, weights are inputs of
 # the compiled code, which may change between calls: inductor cannot prepack them, finds no
-# int8 conv pattern, and generates float convs around the dequantize nodes. With
-# ``torch._inductor.config.freezing = True`` the weights are constants: the same prepack and
-# fusion patterns as M03-1 fire, and the counters say so.
+# int8 conv pattern, and generates float convs around the dequantize nodes. So int8 compiled
+# this way is still the simulation, compiled: it gains nothing on fp32 compiled the same way.
+# That is the trap users meet first.
 
+plain = {}
 for label, model in (("fp32", float_model), ("int8", int8_model)):
-    for freezing in (False, True):
-        fast, seen = compiled(model, freezing=freezing)
-        timings[f"{label} compile{' + freezing' if freezing else ''}"] = median_ms(fast)
-        if label == "int8":
-            packed = seen.get("qconv_weight_prepack_matcher_count", 0)
-            print(f"int8, freezing={freezing}: {packed} convs prepacked for oneDNN")
-            assert packed == (4 if freezing else 0), "only freezing lets inductor prepack"
-for name, ms in list(timings.items())[3:]:
-    print(f"{name:32} {ms:8.1f} ms")
+    plain[label], packed = compiled(model, freezing=False)
+    if label == "int8":
+        print(f"int8, freezing=False: {packed} convs prepacked for oneDNN")
+        assert packed == 0, "without freezing inductor prepacks nothing"
+plain = compare_speed(plain, x)
+print(plain.table())
+print(f"without freezing, int8 takes {plain.ratio('int8', 'fp32'):.2f}× the time of fp32")
 
 # %%
-# That is the trap users meet first: **int8 compiled without freezing gains nothing on
-# float** — it is still the simulation, compiled — and float compiled with freezing beats it.
-# Freezing is what makes the int8 graph int8:
+# Step 3 — torch.compile with freezing
+# ------------------------------------
+# With ``torch._inductor.config.freezing = True`` the weights are constants: the same prepack
+# and fusion patterns as M03-1 fire, the counters say so, and int8 runs oneDNN's int8 convs.
+# Again both models in the same setting.
 
-trap = timings["int8 compile"] / timings["fp32 compile + freezing"]
-print(f"int8 compiled without freezing takes {trap:.1f}× the time of fp32 with freezing")
+frozen = {}
+for label, model in (("fp32", float_model), ("int8", int8_model)):
+    frozen[label], packed = compiled(model, freezing=True)
+    if label == "int8":
+        print(f"int8, freezing=True: {packed} convs prepacked for oneDNN")
+        assert packed == 4, "with freezing inductor prepacks all four int8 convs"
+frozen = compare_speed(frozen, x)
+print(frozen.table())
+print(f"with freezing, int8 runs {frozen.ratio('fp32', 'int8'):.2f}× as fast as fp32")
 
 # %%
-# Step 3 — The whole picture
+# Step 4 — The whole picture
 # --------------------------
+# The three tables in one chart: medians, with the 10th–90th percentile as the whisker.
 
-fig, ax = plt.subplots(figsize=(7, 3.6))
-names = list(timings)
-ax.barh(
-    names,
-    [timings[n] for n in names],
-    color=["#94a3b8" if "fp32" in n else "#2563eb" for n in names],
-)
+settings = {"eager": eager, "compiled": plain, "compiled + freezing": frozen}
+names, medians, whiskers, colors = [], [], [[], []], []
+for setting, timings in settings.items():
+    for label, t in timings.times.items():
+        names.append(f"{setting}: {label}")
+        medians.append(t.median)
+        whiskers[0].append(t.median - t.low)
+        whiskers[1].append(t.high - t.median)
+        colors.append("#94a3b8" if label == "fp32" else "#2563eb")
+fig, ax = plt.subplots(figsize=(7, 3.8))
+ax.barh(names, medians, xerr=whiskers, color=colors, capsize=3)
 ax.invert_yaxis()
-ax.set_xlabel("median time per batch (ms)")
-ax.set_title(f"conv_net, batch {BATCH} — {cpu}")
+ax.set_xlabel(f"median time per batch (ms), {eager.threads} thread(s)")
+ax.set_title(f"conv_net, batch {BATCH}: int8 path {cpu.onednn}")
 fig.tight_layout()
-
-# %%
-# The same numbers as a table: milliseconds per batch, and the speed relative to fp32 eager.
-
-print(f"{'way':32} {'ms/batch':>9} {'speed':>7}")
-for name, ms in timings.items():
-    print(f"{name:32} {ms:9.1f} {timings['fp32 eager'] / ms:6.2f}×")
 
 # %%
 # How much int8 wins depends on the CPU. oneDNN multiplies uint8 × int8 with **VNNI**
 # (``vpdpbusd``: four products summed into int32 in one instruction; AVX512-VNNI or
 # AVX-VNNI), or with **AMX** tiles on recent Xeons (a whole 16×64 block per instruction).
-# Without either — on an AVX2-only CPU like the one that builds this course — it falls back to
-# ``vpmaddubsw``, which sums pairs of products in 16 bits (the saturation of M03-1) and needs
-# extra instructions to widen them, so int8's lead over float stays modest there. VNNI and
-# AMX do several times more int8 multiply-adds per instruction than float ones: that is where
-# the large int8 speed-ups are measured.
-#
-# Step 4 — Size on disk
+# Without either (AVX2, or AVX-512 without VNNI) it falls back to ``vpmaddubsw``, which sums
+# pairs of products in 16 bits (the saturation of M03-1) and needs extra instructions to
+# widen them: fewer int8 multiply-adds per instruction, so less of a lead over float. This
+# page's tables were measured on this kind of CPU:
+
+kind = "AMX tiles" if cpu.amx_int8 else "VNNI, no AMX" if cpu.vnni else "no VNNI: vpmaddubsw"
+print(f"int8 path {cpu.onednn}: {kind}")
+
+# %%
+# Step 5 — Both kernel paths
+# --------------------------
+# oneDNN and ATen read their ISA caps once per process (M03-1), so the eager comparison of
+# step 1 runs again in a fresh interpreter for each weaker path this CPU can be capped to
+# (an AVX2 CPU has none: its table has one row).
+# Emulation runs that path's instructions on *this* chip: it shows what those instructions
+# cost here, not a real AVX2 chip's speed (other clocks, caches, cores).
+
+EAGER_STEP = """
+import torch
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+from common.lowering import lower, reshape_views
+from common.models import example_inputs, get_model, input_shape
+from common.pt2e import export_module, x86_quantizer
+from common.timing import compare_speed
+
+x = example_inputs(2, shape=input_shape("conv_net"))
+prepared = prepare_pt2e(export_module(get_model("conv_net"), x), x86_quantizer())
+with torch.no_grad():
+    for seed in range(4):
+        prepared(*example_inputs(2, seed=seed, shape=input_shape("conv_net")))
+lowered = lower(convert_pt2e(prepared), x)
+reshape_views(lowered)
+timings = compare_speed({"fp32": export_module(get_model("conv_net"), x), "int8": lowered}, x)
+result = {label: vars(timings[label]) for label in ("fp32", "int8")}
+result["load"] = timings.load[0]
+"""
+
+rows = {cpu.onednn: (eager["fp32"], eager["int8 lowered (oneDNN)"], eager.load[0])}
+for isa in weaker_paths():
+    other = run_under_isa(isa, EAGER_STEP)
+    found = other["result"]
+    rows[other["cpu"]["onednn"]] = (Timing(**found["fp32"]), Timing(**found["int8"]), found["load"])
+print("int8 path            fp32 eager ms (spread)  int8 lowered ms (spread)  speed-up  load")
+for path, (fp32, int8, load) in rows.items():
+    print(
+        f"{path:18} {fp32.median:15.2f} ({fp32.spread:4.0%}) {int8.median:17.2f}"
+        f" ({int8.spread:4.0%}) {fp32.median / int8.median:8.2f}× {load:5.2f}"
+    )
+
+# %%
+# Step 6 — Size on disk
 # ---------------------
 # ``torch.export.save`` writes a program with its weights. The int8 program stores int8
 # weights (1 byte each instead of 4) plus one float scale per output channel.
@@ -192,9 +239,11 @@ assert int8_bytes <= 0.3 * fp32_bytes, "int8 weights take a quarter of the bytes
 # Summary
 # -------
 # - The q/dq graph is a simulation: more work than float, eager or compiled without freezing.
+#   Compare like with like: int8 and fp32 both eager, both compiled, both frozen.
 # - Lowering (eager oneDNN ops, M03-1) or ``torch.compile`` with ``freezing = True`` runs
 #   real int8 kernels; the inductor counters show the convs it prepacked.
-# - The speed-up depends on VNNI/AMX; the 4× smaller file does not.
+# - The speed-up depends on VNNI/AMX (``run_under_isa`` shows the weaker paths on one CPU,
+#   not a real older chip's speed); the 4× smaller file does not.
 #
 # Exercises
 # ---------

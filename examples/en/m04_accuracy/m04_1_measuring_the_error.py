@@ -30,16 +30,19 @@ same numbers to the last bit.
 # ``common.data`` holds the real data: scikit-learn's handwritten digits (1,797 images of
 # 8×8 pixels, shipped inside the package, no download), cut once into a train split, a
 # calibration set and a test set. ``train_digits_cnn`` trains a small CNN on the train split,
-# on one thread with fixed seeds, so every build gets the same weights bit for bit.
+# on one thread with fixed seeds, so every build on this kind of CPU gets the same weights bit
+# for bit. "This kind" means the same float kernels: AVX2 and AVX-512 kernels round sums
+# differently and train slightly different weights, so the weights are cached per kernel path
+# (``describe().kernel_path``), and every assert below holds on either path.
 
 import copy
-import time
 
 import matplotlib.pyplot as plt
 import torch
 from torch.nn.utils.fusion import fuse_conv_bn_eval
 
 from common.charts import use_course_style
+from common.cpu import describe
 from common.data import SPLITS, accuracy, digits, export_digits_model, train_digits_cnn
 from common.pt2e import quiet, x86_quantizer
 from common.viz import draw
@@ -57,7 +60,8 @@ from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
 test_images, test_labels = digits("test")
 calibration_images, _ = digits("calibration")
-print(f"splits: {SPLITS}, threads: {torch.get_num_threads()}")
+print(f"splits: {SPLITS}")
+print(describe().verdict)
 
 
 # %%
@@ -108,11 +112,11 @@ def quantize(gm):
 # Step 1 — Train the float model
 # ------------------------------
 # Six epochs over 1,097 training images. The first call trains and stores the weights under
-# ``build/cache/``; later calls (the other lessons, the other language's build) load them.
+# ``build/cache/`` (one file per kernel path); later calls (the other lessons, the other
+# language's build) load them.
 
-started = time.perf_counter()
 model = train_digits_cnn()
-print(f"model ready in {time.perf_counter() - started:.2f} s")
+print(f"weights trained with the {describe().kernel_path} kernels")
 fp32_accuracy = accuracy(model)
 print(f"fp32 test accuracy: {fp32_accuracy:.1%} of {len(test_labels)} images")
 assert fp32_accuracy > 0.95, "a small CNN reads 8×8 digits well"

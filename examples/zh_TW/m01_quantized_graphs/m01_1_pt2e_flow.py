@@ -33,8 +33,6 @@ int8。本課用 torchao 的 ``X86InductorQuantizer`` 在 ``small_cnn`` 上走�
 # 固定圖片。``Q`` 是 q/dq op 所在的命名空間。
 
 import copy
-import statistics
-import time
 from collections import Counter
 
 import torch
@@ -43,6 +41,7 @@ from torch.nn.utils.fusion import fuse_conv_bn_weights
 from common.expect import expect_error
 from common.models import example_inputs, get_model
 from common.pt2e import calibrate, export_module, quiet, x86_quantizer
+from common.timing import compare_speed
 from common.viz import draw, draw_diff
 
 quiet()
@@ -55,8 +54,7 @@ model = get_model("small_cnn")
 x = example_inputs(8)
 
 # %%
-# ``census`` 依角色清點圖裡的 node；``median_ms`` 讓幾個模型輪流計時，
-# 機器忙碌時大家被拖慢的程度才會一樣。
+# ``census`` 依角色清點圖裡的 node， ``is_observer`` 與 ``node_named`` 用來找 node。
 
 
 def is_observer(gm, node):
@@ -79,21 +77,6 @@ def census(gm):
 def node_named(gm, name):
     """``gm`` 裡名為 ``name`` 的 node。"""
     return next(node for node in gm.graph.nodes if node.name == name)
-
-
-def median_ms(models, args, *, rounds=50):
-    """每個模型呼叫一次所花時間的中位數（毫秒），模型輪流執行。"""
-    times = [[] for _ in models]
-    with torch.no_grad():
-        for _ in range(3):  # 暖身：最初幾次呼叫要配置記憶體、挑選 kernel
-            for gm in models:
-                gm(*args)
-        for _ in range(rounds):
-            for gm, spent in zip(models, times, strict=True):
-                start = time.perf_counter()
-                gm(*args)
-                spent.append(time.perf_counter() - start)
-    return [statistics.median(spent) * 1e3 for spent in times]
 
 
 # %%
@@ -306,15 +289,16 @@ for name in ("conv2d", "linear"):
 
 # %%
 # 所以 convert 後的模型除了原本所有的浮點運算，還要多做每一次 quantize 和 dequantize：
-# 它比浮點模型「更慢」，不是更快。下面的時間是在建置本頁的機器上量的
-# （各跑 50 次取中位數，batch 為 8；只印出，不斷言）。真正的 int8 kernel
-# 要等把圖 lowering 之後才會用上，這是
+# 它比浮點模型「更慢」，不是更快。 ``compare_speed`` 讓兩者交錯計時 50 輪（batch 為 8），
+# 在核心數不超過兩個的機器上只用一個執行緒，並印出中位數與離散程度、執行緒數量、平均負載，
+# 以及 CPU 的 int8 判定——都是建置本頁當時量到的；計時只印出，從不 assert。真正的 int8
+# kernel 要等把圖 lowering 之後才會用上，這是
 # :ref:`M03-1 · lowering 之後的圖 <sphx_glr_lessons_m03_lowering_m03_1_lowered_graph.py>` 的主題。
 
-float_ms, simulated_ms = median_ms([model, converted], test)
-print(f"CPU {torch.backends.cpu.get_cpu_capability()}，{torch.get_num_threads()} 個執行緒")
-print(f"浮點模型       {float_ms:7.2f} ms")
-print(f"convert 後模型 {simulated_ms:7.2f} ms（浮點時間的 {simulated_ms / float_ms:.1f} 倍）")
+timings = compare_speed({"浮點模型": model, "convert 後模型": converted}, test, rounds=50)
+print(timings.table())
+slower = timings.ratio("convert 後模型", "浮點模型")
+print(f"convert 後模型花的時間是浮點模型的 {slower:.1f} 倍")
 
 # %%
 # 步驟 7 — fold_quantize

@@ -12,7 +12,8 @@ quantize 之間用浮點數計算。**lowering（下放）** 把每一組這樣�
 
 - 哪些 dequantize → conv／linear → quantize 節點組變成了哪個 ``torch.ops.onednn`` 運算
 - 預先打包的 int8 weight 存在哪裡，哪些 quantize／dequantize 留了下來
-- 為什麼在沒有 VNNI 的 CPU 上，int8 結果和模擬的不同
+- 為什麼在沒有 VNNI 的 CPU 上，int8 結果和模擬的不同，以及如何在同一顆 CPU 上看到兩條
+  kernel 路徑
 
 **先備知識**：
 :ref:`M02-3 · 親手做 convert <sphx_glr_lessons_m02_by_hand_m02_3_convert_by_hand.py>`。
@@ -31,6 +32,7 @@ from collections import Counter
 
 import torch
 
+from common.cpu import describe, run_under_isa, weaker_paths
 from common.expect import expect_error
 from common.models import example_inputs, get_model
 from common.pt2e import calibrate, export_module, quiet, x86_quantizer
@@ -162,7 +164,7 @@ assert dq_users == {torch.ops.aten.max_pool2d_with_indices.default, torch.ops.at
 # 輸出是 **通道在後（channels-last）** 的（記憶體裡是 NHWC），max pool 保持這個配置，
 # 而 ``view`` 無法在不複製的情況下，把 NHWC 張量的 C×H×W 重新組合。q/dq 圖的浮點數 conv
 # 輸出的是連續的（NCHW）張量，torchao 重新匯出時就是用它追蹤 ``flatten`` 的——所以寫成了
-# ``view`` 。交給 inductor 編譯的話沒有問題（配置由 inductor 決定）；直接 eager 執行就會失敗。
+# ``view`` 。
 
 recorder = Recorder(lowered)
 with expect_error(RuntimeError, match="view size is not compatible"):
@@ -177,6 +179,16 @@ assert conv_out.is_contiguous(memory_format=torch.channels_last) and not conv_ou
 assert recorded.values["conv2d"].is_contiguous(), "浮點數 conv 的輸出是 NCHW"
 
 # %%
+# 編譯也救不了這張圖： ``torch.compile(lowered)`` 用 stride 相同的 fake tensor 追蹤同一個
+# ``view`` ，同樣被拒絕。能編譯的是開啟 freezing 的「q/dq」圖：這時由 inductor 自己做
+# lowering 並決定配置（
+# :ref:`M03-3 · 量測速度與大小 <sphx_glr_lessons_m03_lowering_m03_3_speed_and_size.py>`）。
+
+with expect_error(RuntimeError, match="Cannot view a tensor"):
+    torch.compile(lowered)(*x)
+torch._dynamo.reset()
+
+# %%
 # 修正方法：把每個 ``view`` 換成 ``reshape`` ，它傳回相同的數值，只在無法用 view 時才複製
 # （ ``common.lowering.reshape_views`` ，五行程式碼）。現在可以執行了。
 
@@ -188,9 +200,10 @@ assert y_int8.shape == y_simulated.shape
 # %%
 # 步驟 6 — 真正的 int8 對上模擬的 int8
 # ------------------------------------
-# 在沒看過的影像上，以量化階（step）為單位比較 conv 的 uint8 輸出。理論上兩者最多差 1 階：
-# oneDNN 在 int32 裡精確地加總整數乘積，再重新量化（乘上輸入與 weight 的 scale、加上 bias、
-# 套用 relu、捨入）；模擬用浮點數做同樣的事，剛好落在半階上的捨入可能偏向另一邊。
+# 在沒看過的影像上，以量化階（step）為單位比較 conv 的 uint8 輸出。只要 oneDNN 在 int32 裡
+# 精確地加總整數乘積，再重新量化（乘上輸入與 weight 的 scale、加上 bias、套用 relu、捨入），
+# 兩者最多差 1 階：模擬用浮點數做同樣的事，剛好落在半階上的捨入可能偏向另一邊。加總是否
+# 精確取決於 CPU，接下來幾格會說明。
 
 fresh = example_inputs(8, seed=123)
 
@@ -210,16 +223,30 @@ def sqnr_db(reference, other):
 
 
 steps, share = conv_steps(lowered, simulated)
-print(f"CPU {torch.backends.cpu.get_cpu_capability()}：conv 輸出最多差 {steps} 階，")
 sqnr = sqnr_db(simulated(*fresh), lowered(*fresh))
+cpu = describe()
+print(cpu.verdict)
+print(f"int8 路徑 {cpu.onednn}：conv 輸出最多差 {steps} 階，")
 print(f"發生在 {share:.1%} 的數值上；輸出的 SQNR 為 {sqnr:.1f} dB")
 
 # %%
-# 在有 VNNI（或 AMX）的 CPU 上，你最多只會看到 1 階的差異。沒有的話（本課程的建置機器：
-# AVX2），oneDNN 用一道把 *兩個* 乘積相加成 **16 位元** 整數的指令來做 uint8 × int8，
-# 只要一對乘積超過 32767 就會飽和（255 × 127 × 2 = 64770 就會）。對策和這道指令一樣老：
-# ``reduce_range=True`` （縮小範圍）把活化值量化成 0…127（7 位元），任何一對都不會溢位。
-# 這樣一來，兩者在任何 CPU 上都最多差 1 階（我們用 assert 確認），輸出也只差在捨入。
+# 兩者差多少，取決於 CPU 的 int8 指令。**有 VNNI**（或 AMX）時，oneDNN 把四個 uint8 × int8
+# 乘積直接加進 int32：加總是精確的，只有剛好落在半階上的捨入可能不同——最多差 1 階。
+# **沒有 VNNI** 時（AVX2，以及沒有 VNNI 的 AVX-512，例如 Skylake-SP），它用 ``vpmaddubsw`` ，
+# 把「兩個」乘積相加成 **16 位元** 整數，只要一對乘積超過 32767 就會飽和（255 × 127 × 2 =
+# 64770 就會）：這時整個輸出會錯上幾十階。兩種 AVX-512 的 ``get_cpu_capability()`` 都說
+# ``"AVX512"`` ；上面那一行讀的是 ``torch.cpu.get_capabilities()`` ，寫出 oneDNN 實際走的
+# 路徑。建置這一頁的 CPU 屬於這一種：
+
+print(
+    f"{cpu.onednn}，有 VNNI：int32 精確加總，只差在捨入"
+    if cpu.vnni
+    else f"{cpu.onednn}，沒有 VNNI：16 位元的成對加總，會飽和"
+)
+
+# %%
+# 對策和這道指令一樣老： ``reduce_range=True`` （縮小範圍）把活化值量化成 0…127（7 位元），
+# 任何一對都不會溢位。這樣一來，兩者在任何 CPU 上都最多差 1 階，輸出也只差在捨入。
 
 reduced = quantize(
     X86InductorQuantizer().set_global(
@@ -237,6 +264,80 @@ assert steps_7bit <= 1, "int32 精確累加：只有半階上的捨入可能不�
 assert sqnr_7bit > 40, "輸出只差在捨入"
 
 # %%
+# 步驟 7 — 兩條 kernel 路徑並排
+# -----------------------------
+# oneDNN 只在第一次使用時讀一次 ``ONEDNN_MAX_CPU_ISA`` （ ``AVX2`` 、 ``AVX512_CORE`` ＝沒有
+# VNNI 的 AVX-512……），ATen 讀 ``ATEN_CPU_CAPABILITY`` ：要看另一條 kernel 路徑，得開一個
+# 新的直譯器。 ``run_under_isa(isa, source)`` 在新的直譯器裡、以 ``isa`` 為上限執行
+# ``source`` ，傳回它設定的 ``result`` 。這段程式把步驟 1、5、6 對兩種做法各做一次。
+
+STEP_6 = """
+import torch
+from torchao.quantization.pt2e.lowering import lower_pt2e_quantized_to_x86
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
+    X86InductorQuantizer,
+    get_default_x86_inductor_quantization_config,
+)
+from common.lowering import reshape_views
+from common.models import example_inputs, get_model
+from common.pt2e import calibrate, export_module
+
+x, fresh = example_inputs(8), example_inputs(8, seed=123)
+
+
+def output_of(gm, name):
+    run = torch.fx.Interpreter(gm, garbage_collect_values=False)  # keeps every node's value
+    run.run(*fresh)
+    return next(value for node, value in run.env.items() if node.name == name).int()
+
+
+result = {}
+for reduce_range in (False, True):
+    config = get_default_x86_inductor_quantization_config(reduce_range=reduce_range)
+    prepared = prepare_pt2e(
+        export_module(get_model("small_cnn"), x), X86InductorQuantizer().set_global(config)
+    )
+    calibrate(prepared)
+    simulated = convert_pt2e(prepared)
+    lowered = lower_pt2e_quantized_to_x86(simulated, x)
+    reshape_views(lowered)
+    (conv,) = [n.name for n in lowered.graph.nodes if "qconv" in str(n.target)]
+    a, b = output_of(lowered, conv), output_of(simulated, "quantize_per_tensor_default_1")
+    steps = (a - b).abs().max().item()
+    result["7-bit" if reduce_range else "8-bit"] = [steps, (a != b).float().mean().item()]
+"""
+
+# %%
+# 每條 kernel 路徑一列：先是這個行程的，再來是這顆 CPU 能被限制到的每一條較弱路徑（上限
+# 不會把路徑調高，所以沒有 VNNI 的 CPU 只有一列）。模擬改變的是指令，因此也改變算出的數字；
+# 它給不了真正 AVX2 晶片的速度。（在環境變數裡設 ``ONEDNN_VERBOSE=1`` ，oneDNN 會印出它選的
+# kernel，例如 ``jit_uni_int8:avx2`` 或 ``brg_conv_fwd:avx512_core_vnni`` 。）
+
+rows = {cpu.onednn: (cpu.vnni, [steps, share], [steps_7bit, share_7bit])}
+for isa in weaker_paths():
+    other = run_under_isa(isa, STEP_6)
+    result = other["result"]
+    rows[other["cpu"]["onednn"]] = (other["cpu"]["vnni"], result["8-bit"], result["7-bit"])
+print(f"{'int8 路徑':16} {'VNNI':5} {'8 位元：階數、比例':>18} {'reduce_range：階數、比例':>25}")
+for path, (vnni, full, seven) in rows.items():
+    print(
+        f"{path:18} {'有' if vnni else '沒有':4} {full[0]:>10}, {full[1]:7.1%}"
+        f" {seven[0]:>17}, {seven[1]:7.1%}"
+    )
+
+# %%
+# 有 VNNI 時兩者最多差 1 階；沒有 VNNI 時 8 位元的做法會飽和，而 ``reduce_range=True``
+# 讓每條路徑都回到最多差 1 階。
+
+for path, (vnni, full, seven) in rows.items():
+    if vnni:
+        assert full[0] <= 1, f"{path}：有 VNNI，int32 精確加總：只差在捨入"
+    else:
+        assert full[0] > 1, f"{path}：沒有 VNNI，16 位元的成對加總會飽和"
+    assert seven[0] <= 1, f"{path}：7 位元的活化值，任何一對都不會溢位"
+
+# %%
 # 小結
 # ----
 # ===========================================  =================================================
@@ -249,8 +350,9 @@ assert sqnr_7bit > 40, "輸出只差在捨入"
 # ===========================================  =================================================
 #
 # 如果 int8 conv 後面接著 ``flatten`` ，torchao 0.18 lowering 出來的圖在 eager 執行時會失敗：
-# ``reshape_views`` 可以修正。沒有 16 位元溢位時，int8 結果和模擬最多差 1 階——有 VNNI 時
-# 一定如此，在 AVX2 上則要 ``reduce_range=True`` 。
+# ``reshape_views`` 可以修正（ ``torch.compile`` 不行）。沒有 16 位元溢位時，int8 結果和
+# 模擬最多差 1 階——有 VNNI 時一定如此；沒有時（AVX2、沒有 VNNI 的 AVX-512）則要
+# ``reduce_range=True`` 。在有 VNNI 的 CPU 上， ``run_under_isa`` 把兩條路徑都顯示出來。
 #
 # 練習
 # ----

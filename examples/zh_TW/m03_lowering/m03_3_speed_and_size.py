@@ -2,15 +2,16 @@
 M03-3 量測速度與大小
 ====================
 
-量化多半是為了速度和大小，而 q/dq 圖兩者都沒有給：它比浮點數還慢。本課在建置這一頁的機器上，
-用多種方式計時同一個模型——浮點數與 int8、eager 與 lowering，以及 ``torch.compile``
-開或不開 **凍結（freezing）** ——並秤一秤存檔的大小。計時只印出來，從不 assert（那是機器的
-事）；assert 的是讓 int8 變快的東西：編譯後的圖裡 oneDNN 的 int8 運算。
+量化多半是為了速度和大小。q/dq 圖已經帶來了大小（它的 weight 以 int8 儲存），卻沒有帶來
+速度：它的 conv 仍以浮點數計算，前後還夾著 quantize 與 dequantize。本課在三種設定下計時
+同一個模型——eager、編譯、開啟 **凍結（freezing）** 的編譯——每種設定裡浮點數與 int8 並排，
+而且涵蓋這顆 CPU 的兩條 kernel 路徑，並秤一秤存檔的大小。計時連同量測方式一起印出，從不
+assert；assert 的是讓 int8 變快的東西：編譯後的圖裡 oneDNN 的 int8 運算。
 
 **你會學到**
 
-- 為什麼沒有 freezing 的 int8 編譯結果不比浮點數快
-- VNNI 與 AMX 改變了什麼，只有 AVX2 的 CPU 又能得到什麼
+- 為什麼沒有 freezing 的 int8 編譯結果，不比同樣方式編譯的浮點數快
+- VNNI 與 AMX 改變了什麼，沒有它們的 CPU 又能得到什麼
 - int8 程式存檔後小了多少
 
 **先備知識**：
@@ -25,12 +26,11 @@ M03-3 量測速度與大小
 # 準備
 # ----
 # 模型庫裡的 ``conv_net`` ：四層 64～128 通道的 3×3 conv，輸入 28×28 影像，大到 int8 運算
-# 足以發揮作用（16×16 的小模型，時間都花在額外開銷上）。每次計時都一併印出執行緒數量與
-# CPU 的指令集。
+# 足以發揮作用（16×16 的小模型，時間都花在額外開銷上）。 ``compare_speed`` 讓模型交錯輪流
+# 計時，在核心數不超過兩個的機器上只用一個執行緒，並印出中位數與離散程度、平均負載和 CPU。
 
+import copy
 import io
-import statistics
-import time
 import warnings
 
 import matplotlib.pyplot as plt
@@ -38,8 +38,10 @@ import torch
 from torch._dynamo.utils import counters
 
 from common.charts import use_course_style
+from common.cpu import describe, run_under_isa, weaker_paths
 from common.models import example_inputs, get_model, input_shape
 from common.pt2e import export_module, quiet, x86_quantizer
+from common.timing import Timing, compare_speed, timing_threads
 from common.viz import draw
 
 quiet()
@@ -59,111 +61,154 @@ with torch.no_grad():  # 用四批這個模型尺寸的影像校準
     for seed in range(4):
         prepared(*example_inputs(BATCH, seed=seed, shape=input_shape("conv_net")))
 int8_model = convert_pt2e(prepared)
-cpu = f"{torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} threads"
-print(f"CPU：{cpu}；每批 {BATCH} 張 {input_shape('conv_net')} 影像")
+cpu = describe()
+print(cpu.verdict)
+print(f"每批 {BATCH} 張 {input_shape('conv_net')} 影像")
 
 # %%
-# ``median_ms`` 先執行模型一次暖身，再執行 ``repeat`` 次，傳回以毫秒計的中位數；
-# ``compiled`` 用 ``torch.compile`` 編譯模型（freezing 開或關），並執行一次
-# （編譯就發生在這時）。
-
-
-def median_ms(model, repeat=5) -> float:
-    with torch.no_grad():
-        model(*x)
-        times = []
-        for _ in range(repeat):
-            start = time.perf_counter()
-            model(*x)
-            times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+# ``compiled`` 用 ``torch.compile`` 編譯模型的一份複本（freezing 開或關），並執行一次
+# （編譯就發生在這時）；它傳回編譯後的模型，以及 inductor 為 oneDNN 的 int8 kernel 預先打包了
+# 幾個 conv。編譯時用的執行緒數量和計時時相同：inductor 會把這個數量寫進它產生的程式碼，
+# 為兩個執行緒編譯、卻和單執行緒的模型一起計時，就不再是同類相比。
 
 
 def compiled(model, *, freezing: bool):
-    torch._dynamo.reset()
     counters.clear()
-    with torch._inductor.config.patch(freezing=freezing), torch.no_grad():
-        fast = torch.compile(model)
-        fast(*x)
-    return fast, dict(counters["inductor"])
+    before = torch.get_num_threads()
+    torch.set_num_threads(timing_threads())  # inductor 把執行緒數量寫進它產生的程式碼
+    try:
+        with torch._inductor.config.patch(freezing=freezing), torch.no_grad():
+            fast = torch.compile(copy.deepcopy(model))  # 複本：有自己的編譯程式碼
+            fast(*x)
+    finally:
+        torch.set_num_threads(before)
+    return fast, counters["inductor"]["qconv_weight_prepack_matcher_count"]
 
 
 # %%
 # 步驟 1 — eager：浮點數、模擬的 int8、lowering 後的 int8
 # -------------------------------------------------------
-# q/dq 圖用浮點數執行每個 conv， *再加上* 每個張量的 quantize 和 dequantize：工作比浮點數多，
-# 應該會比較慢（機器忙碌時，單次計時的雜訊很大）。lowering 之後的圖（M03-1）則以 eager
-# 方式執行 oneDNN 的 int8 conv。
+# q/dq 圖用浮點數執行每個 conv， *再加上* 每個張量的 quantize 和 dequantize：工作比浮點數多。
+# lowering 之後的圖（M03-1）則以 eager 方式執行 oneDNN 的 int8 conv。
 
-timings = {}
-timings["fp32 eager"] = median_ms(float_model)
-timings["int8 q/dq (simulated)"] = median_ms(int8_model)
 lowered = lower(int8_model, x)
 reshape_views(lowered)  # int8 conv 之後的 flatten（M03-1）
-timings["int8 lowered (oneDNN, eager)"] = median_ms(lowered)
 int8_ops = [n.name for n in lowered.graph.nodes if "onednn" in str(n.target)]
 draw(lowered, highlight=int8_ops, title="lowering 之後的 conv_net：它的 oneDNN int8 運算")
-for name, ms in timings.items():
-    print(f"{name:32} {ms:8.1f} ms")
+eager = compare_speed(
+    {"fp32": float_model, "int8 q/dq（模擬）": int8_model, "int8 lowering 後（oneDNN）": lowered},
+    x,
+)
+print(eager.table())
 
 # %%
-# 步驟 2 — torch.compile，不開與開 freezing
-# -----------------------------------------
+# 步驟 2 — 不開 freezing 的 torch.compile：陷阱
+# ---------------------------------------------
 # ``torch.compile`` 把圖交給 inductor。沒有 **freezing** 時，weight 是編譯後程式碼的輸入，
 # 每次呼叫都可能改變：inductor 無法預先打包它們，找不到 int8 conv 的模式，只能在 dequantize
-# 周圍產生浮點數 conv。設定 ``torch._inductor.config.freezing = True`` 後 weight 成為常數：
-# 和 M03-1 相同的預先打包與融合模式就會生效，計數器也這麼說。
+# 周圍產生浮點數 conv。所以這樣編譯的 int8 仍然是模擬，只是被編譯了：它不比同樣方式編譯的
+# fp32 快。這就是使用者最先掉進去的陷阱。
 
+plain = {}
 for label, model in (("fp32", float_model), ("int8", int8_model)):
-    for freezing in (False, True):
-        fast, seen = compiled(model, freezing=freezing)
-        timings[f"{label} compile{' + freezing' if freezing else ''}"] = median_ms(fast)
-        if label == "int8":
-            packed = seen.get("qconv_weight_prepack_matcher_count", 0)
-            print(f"int8，freezing={freezing}：{packed} 個 conv 為 oneDNN 預先打包")
-            assert packed == (4 if freezing else 0), "只有 freezing 讓 inductor 能預先打包"
-for name, ms in list(timings.items())[3:]:
-    print(f"{name:32} {ms:8.1f} ms")
+    plain[label], packed = compiled(model, freezing=False)
+    if label == "int8":
+        print(f"int8，freezing=False：{packed} 個 conv 為 oneDNN 預先打包")
+        assert packed == 0, "沒有 freezing，inductor 什麼都不預先打包"
+plain = compare_speed(plain, x)
+print(plain.table())
+print(f"沒有 freezing 時，int8 花的時間是 fp32 的 {plain.ratio('int8', 'fp32'):.2f} 倍")
 
 # %%
-# 這就是使用者最先掉進去的陷阱：**沒有 freezing 的 int8 編譯結果並不比浮點數快**——它仍然是
-# 模擬，只是被編譯了——開了 freezing 的浮點數還比它快。讓 int8 圖真正成為 int8 的，是 freezing：
+# 步驟 3 — 開啟 freezing 的 torch.compile
+# ---------------------------------------
+# 設定 ``torch._inductor.config.freezing = True`` 後 weight 成為常數：和 M03-1 相同的預先打包
+# 與融合模式就會生效，計數器也這麼說，int8 也就執行 oneDNN 的 int8 conv。兩個模型同樣在
+# 相同的設定下比較。
 
-trap = timings["int8 compile"] / timings["fp32 compile + freezing"]
-print(f"沒有 freezing 的 int8 編譯結果，花的時間是開了 freezing 的 fp32 的 {trap:.1f} 倍")
+frozen = {}
+for label, model in (("fp32", float_model), ("int8", int8_model)):
+    frozen[label], packed = compiled(model, freezing=True)
+    if label == "int8":
+        print(f"int8，freezing=True：{packed} 個 conv 為 oneDNN 預先打包")
+        assert packed == 4, "開了 freezing，inductor 預先打包全部四個 int8 conv"
+frozen = compare_speed(frozen, x)
+print(frozen.table())
+print(f"開了 freezing，int8 的速度是 fp32 的 {frozen.ratio('fp32', 'int8'):.2f} 倍")
 
 # %%
-# 步驟 3 — 全貌
+# 步驟 4 — 全貌
 # -------------
+# 三張表畫在一張圖裡：中位數，誤差線是第 10 到第 90 百分位數。
 
-fig, ax = plt.subplots(figsize=(7, 3.6))
-names = list(timings)
-ax.barh(
-    names,
-    [timings[n] for n in names],
-    color=["#94a3b8" if "fp32" in n else "#2563eb" for n in names],
-)
+settings = {"eager": eager, "編譯": plain, "編譯 + freezing": frozen}
+names, medians, whiskers, colors = [], [], [[], []], []
+for setting, timings in settings.items():
+    for label, t in timings.times.items():
+        names.append(f"{setting}: {label}")
+        medians.append(t.median)
+        whiskers[0].append(t.median - t.low)
+        whiskers[1].append(t.high - t.median)
+        colors.append("#94a3b8" if label == "fp32" else "#2563eb")
+fig, ax = plt.subplots(figsize=(7, 3.8))
+ax.barh(names, medians, xerr=whiskers, color=colors, capsize=3)
 ax.invert_yaxis()
-ax.set_xlabel("每批時間的中位數（毫秒）")
-ax.set_title(f"conv_net，每批 {BATCH} 張 — {cpu}")
+ax.set_xlabel(f"每批時間的中位數（毫秒），{eager.threads} 個執行緒")
+ax.set_title(f"conv_net，每批 {BATCH} 張：int8 路徑 {cpu.onednn}")
 fig.tight_layout()
-
-# %%
-# 同樣的數字做成表：每批的毫秒數，以及相對於 fp32 eager 的速度。
-
-print(f"{'方式':30} {'毫秒/批':>7} {'速度':>5}")
-for name, ms in timings.items():
-    print(f"{name:32} {ms:9.1f} {timings['fp32 eager'] / ms:6.2f}×")
 
 # %%
 # int8 贏多少，取決於 CPU。oneDNN 用 **VNNI** 做 uint8 × int8（ ``vpdpbusd`` ：一道指令把
 # 四個乘積加總成 int32；AVX512-VNNI 或 AVX-VNNI），或在新款 Xeon 上用 **AMX** 的 tile
-# （一道指令處理一整塊 16×64）。兩者都沒有的話——像建置這門課程的、只有 AVX2 的 CPU——
-# 就退回 ``vpmaddubsw`` ：以 16 位元加總兩個乘積（即 M03-1 的飽和），還需要額外的指令把
-# 結果加寬，所以 int8 領先浮點數的幅度有限。VNNI 與 AMX 每道指令做的 int8 乘加是浮點數的
-# 好幾倍：大幅的 int8 加速就是在這樣的 CPU 上量到的。
-#
-# 步驟 4 — 存檔大小
+# （一道指令處理一整塊 16×64）。兩者都沒有的話（AVX2，或沒有 VNNI 的 AVX-512），就退回
+# ``vpmaddubsw`` ：以 16 位元加總兩個乘積（即 M03-1 的飽和），還需要額外的指令把結果加寬：
+# 每道指令做的 int8 乘加比較少，領先浮點數的幅度也就比較小。本頁的表是在這種 CPU 上量的：
+
+kind = "AMX tile" if cpu.amx_int8 else "有 VNNI，沒有 AMX" if cpu.vnni else "沒有 VNNI：vpmaddubsw"
+print(f"int8 路徑 {cpu.onednn}：{kind}")
+
+# %%
+# 步驟 5 — 兩條 kernel 路徑
+# -------------------------
+# oneDNN 與 ATen 每個行程只讀一次 ISA 上限（M03-1），所以步驟 1 的 eager 比較，要對這顆 CPU
+# 能被限制到的每一條較弱路徑，在新的直譯器裡再跑一次（AVX2 的 CPU 沒有較弱的路徑：表只有
+# 一列）。模擬是在「這顆」晶片上執行那條路徑的指令：它顯示的是那些指令在這裡的代價，而不是
+# 真正 AVX2 晶片的速度（時脈、快取、核心都不同）。
+
+EAGER_STEP = """
+import torch
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+from common.lowering import lower, reshape_views
+from common.models import example_inputs, get_model, input_shape
+from common.pt2e import export_module, x86_quantizer
+from common.timing import compare_speed
+
+x = example_inputs(2, shape=input_shape("conv_net"))
+prepared = prepare_pt2e(export_module(get_model("conv_net"), x), x86_quantizer())
+with torch.no_grad():
+    for seed in range(4):
+        prepared(*example_inputs(2, seed=seed, shape=input_shape("conv_net")))
+lowered = lower(convert_pt2e(prepared), x)
+reshape_views(lowered)
+timings = compare_speed({"fp32": export_module(get_model("conv_net"), x), "int8": lowered}, x)
+result = {label: vars(timings[label]) for label in ("fp32", "int8")}
+result["load"] = timings.load[0]
+"""
+
+rows = {cpu.onednn: (eager["fp32"], eager["int8 lowering 後（oneDNN）"], eager.load[0])}
+for isa in weaker_paths():
+    other = run_under_isa(isa, EAGER_STEP)
+    found = other["result"]
+    rows[other["cpu"]["onednn"]] = (Timing(**found["fp32"]), Timing(**found["int8"]), found["load"])
+print("int8 路徑          fp32 eager 毫秒（離散）  int8 lowering 後毫秒（離散）  加速  負載")
+for path, (fp32, int8, load) in rows.items():
+    print(
+        f"{path:18} {fp32.median:15.2f} ({fp32.spread:4.0%}) {int8.median:17.2f}"
+        f" ({int8.spread:4.0%}) {fp32.median / int8.median:8.2f}× {load:5.2f}"
+    )
+
+# %%
+# 步驟 6 — 存檔大小
 # -----------------
 # ``torch.export.save`` 連同 weight 寫出整個程式。int8 程式存的是 int8 weight（每個 1 位元組，
 # 而不是 4 位元組），再加上每個輸出通道一個浮點數 scale。
@@ -186,10 +231,12 @@ assert int8_bytes <= 0.3 * fp32_bytes, "int8 weight 只佔四分之一的位元�
 # %%
 # 小結
 # ----
-# - q/dq 圖是模擬：不論 eager 或沒有 freezing 的編譯，工作都比浮點數多。
+# - q/dq 圖是模擬：不論 eager 或沒有 freezing 的編譯，工作都比浮點數多。比較時要同類相比：
+#   int8 與 fp32 都是 eager、都編譯、都開 freezing。
 # - lowering（eager 的 oneDNN 運算，M03-1）或開了 ``freezing = True`` 的 ``torch.compile``
 #   才會執行真正的 int8 運算；inductor 的計數器顯示它預先打包了哪些 conv。
-# - 加速幅度取決於 VNNI／AMX；小了 4 倍的檔案則不受影響。
+# - 加速幅度取決於 VNNI／AMX（ ``run_under_isa`` 在同一顆 CPU 上顯示較弱的路徑，但不是真正
+#   舊晶片的速度）；小了 4 倍的檔案則不受影響。
 #
 # 練習
 # ----

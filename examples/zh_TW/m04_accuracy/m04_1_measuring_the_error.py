@@ -30,16 +30,18 @@ CNN，用 ``X86InductorQuantizer`` 的預設設定量化成 int8，再拿 500 �
 # ``common.data`` 放的是真實資料：scikit-learn 的手寫數字（1,797 張 8×8 像素的影像，隨套件
 # 附帶，不必下載），固定切成訓練資料、校準集（calibration set）與測試集（test set）。
 # ``train_digits_cnn`` 在訓練資料上訓練一個小型 CNN，只用一個執行緒、固定亂數種子，
-# 所以每次建置得到的 weight 都逐位元相同。
+# 所以在同一種 CPU 上，每次建置得到的 weight 都逐位元相同。「同一種」指的是相同的浮點數
+# kernel：AVX2 與 AVX-512 的 kernel 加總時捨入不同，訓練出的 weight 也略有不同，所以 weight
+# 依 kernel 路徑（ ``describe().kernel_path`` ）分別快取，而下面每個 assert 在兩條路徑上都成立。
 
 import copy
-import time
 
 import matplotlib.pyplot as plt
 import torch
 from torch.nn.utils.fusion import fuse_conv_bn_eval
 
 from common.charts import use_course_style
+from common.cpu import describe
 from common.data import SPLITS, accuracy, digits, export_digits_model, train_digits_cnn
 from common.pt2e import quiet, x86_quantizer
 from common.viz import draw
@@ -57,7 +59,8 @@ from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
 test_images, test_labels = digits("test")
 calibration_images, _ = digits("calibration")
-print(f"splits: {SPLITS}, threads: {torch.get_num_threads()}")
+print(f"splits: {SPLITS}")
+print(describe().verdict)
 
 
 # %%
@@ -107,12 +110,11 @@ def quantize(gm):
 # %%
 # 步驟 1 — 訓練浮點模型
 # ------------------------------
-# 在 1,097 張訓練影像上訓練六個 epoch。第一次呼叫會訓練，並把 weight 存在 ``build/cache/``；
-# 之後的呼叫（其他課、另一個語言的建置）直接載入。
+# 在 1,097 張訓練影像上訓練六個 epoch。第一次呼叫會訓練，並把 weight 存在 ``build/cache/``
+# （每條 kernel 路徑一個檔案）；之後的呼叫（其他課、另一個語言的建置）直接載入。
 
-started = time.perf_counter()
 model = train_digits_cnn()
-print(f"模型備妥，用了 {time.perf_counter() - started:.2f} 秒")
+print(f"weight 以 {describe().kernel_path} 的 kernel 訓練")
 fp32_accuracy = accuracy(model)
 print(f"fp32 測試準確度：{fp32_accuracy:.1%}（共 {len(test_labels)} 張影像）")
 assert fp32_accuracy > 0.95, "小型 CNN 讀得懂 8×8 的數字"

@@ -1,0 +1,111 @@
+"""Measuring quantization error: every node's output, SQNR, and BatchNorm folded for comparison."""
+
+import copy
+
+import torch
+from torch.nn.utils.fusion import fuse_conv_bn_eval
+
+__all__ = ["DIGITS_CONV_BN", "fold_batch_norm", "record", "sqnr"]
+
+#: The (conv, BatchNorm) module pairs of ``common.data.DigitsCNN``.
+DIGITS_CONV_BN = (("conv1", "bn1"), ("conv2", "bn2"), ("conv3", "bn3"))
+
+
+def record(gm: torch.fx.GraphModule, x: torch.Tensor) -> dict:
+    """Run ``gm`` on ``x`` under ``torch.no_grad()`` and keep every node's output.
+
+    ``convert_pt2e`` keeps the names of the nodes it quantizes, so the records of a float
+    graph and of its int8 version pair up by name.
+
+    Args:
+        gm: a graph module (an exported ``.module()``, a prepared or converted model).
+        x: its one positional input.
+
+    Returns:
+        dict: node name to that node's output, for every node that ran.
+
+    Raises:
+        TypeError: if ``gm`` is not a ``torch.fx.GraphModule``.
+
+    >>> gm = torch.fx.symbolic_trace(torch.nn.ReLU())
+    >>> record(gm, torch.tensor([-1.0, 2.0]))["relu"]
+    tensor([0., 2.])
+    """
+    if not isinstance(gm, torch.fx.GraphModule):
+        raise TypeError(
+            f"record needs a torch.fx.GraphModule (e.g. torch.export.export(...).module()), "
+            f"got {type(gm).__name__}"
+        )
+    outputs = {}
+
+    class Recorder(torch.fx.Interpreter):
+        def run_node(self, node):
+            outputs[node.name] = result = super().run_node(node)
+            return result
+
+    with torch.no_grad():
+        Recorder(gm).run(x)
+    return outputs
+
+
+def sqnr(signal: torch.Tensor, noisy: torch.Tensor) -> torch.Tensor:
+    """Signal-to-quantization-noise ratio, ``20·log10(‖signal‖ / ‖signal − noisy‖)``, in dB.
+
+    This is ``torchao.quantization.utils.compute_error``, called here (bit for bit the
+    formula, and the number torchao's numeric debugger reports). Each 6 dB halves the error.
+
+    Args:
+        signal: the reference tensor (the numeric debugger passes the quantized one).
+        noisy: the same values with noise, of the same shape.
+
+    Returns:
+        torch.Tensor: a 0-d float tensor; ``inf`` when the two are equal.
+
+    Raises:
+        ValueError: if the shapes differ (a silent broadcast would give a wrong number).
+
+    >>> sqnr(torch.tensor([3.0, 4.0]), torch.tensor([3.0, 4.5])).item()  # 20·log10(5/0.5)
+    20.0
+    """
+    if signal.shape != noisy.shape:
+        raise ValueError(
+            f"sqnr compares tensors of one shape, got {tuple(signal.shape)} and "
+            f"{tuple(noisy.shape)}; pair the nodes by name (record) before comparing"
+        )
+    from torchao.quantization.utils import compute_error  # lazy: torchao's import is noisy
+
+    return compute_error(signal, noisy)
+
+
+def fold_batch_norm(model: torch.nn.Module, *, pairs=DIGITS_CONV_BN) -> torch.nn.Module:
+    """A copy of ``model`` in eval mode with each BatchNorm folded into its conv.
+
+    ``prepare_pt2e`` folds BatchNorm into the conv before it, so a float graph compares node
+    by node with an int8 one only after the same folding (M04-1). The BatchNorm modules
+    become ``nn.Identity``; ``model`` is left alone.
+
+    Args:
+        model: the eager model.
+        pairs: ``(conv, batch_norm)`` submodule names, conv first; ``DigitsCNN``'s by default.
+
+    Returns:
+        torch.nn.Module: the folded copy, computing what ``model.eval()`` computes (up to
+        float rounding).
+
+    Raises:
+        ValueError: if a name in ``pairs`` is not a ``Conv2d`` / ``BatchNorm2d`` of ``model``.
+    """
+    folded = copy.deepcopy(model).eval()
+    modules = dict(folded.named_modules())
+    for conv, bn in pairs:
+        if not isinstance(modules.get(conv), torch.nn.Conv2d) or not isinstance(
+            modules.get(bn), torch.nn.BatchNorm2d
+        ):
+            raise ValueError(
+                f"cannot fold {bn!r} into {conv!r}: pairs must name a Conv2d and a BatchNorm2d "
+                f"of the model (its Conv2d: "
+                f"{', '.join(n for n, m in modules.items() if isinstance(m, torch.nn.Conv2d))})"
+            )
+        folded.set_submodule(conv, fuse_conv_bn_eval(modules[conv], modules[bn]))
+        folded.set_submodule(bn, torch.nn.Identity())
+    return folded

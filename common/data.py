@@ -18,12 +18,16 @@ __all__ = [
     "export_digits_model",
     "fit",
     "train_digits_cnn",
+    "train_digits_vit",
 ]
 
 #: Images per split. The 1,797 digits are shuffled once (seed 0) and cut in this order.
 SPLITS = {"train": 1097, "calibration": 200, "test": 500}
 #: Epochs ``train_digits_cnn`` trains for by default.
 EPOCHS = 6
+#: Epochs ``train_digits_vit`` trains for by default, and its learning rate.
+VIT_EPOCHS = 20
+_VIT_LEARNING_RATE = 3e-3
 _BATCH = 32
 _LEARNING_RATE = 3e-3
 # Training code and cache key: any edit to this file trains afresh.
@@ -257,3 +261,59 @@ def accuracy(model: nn.Module, split: str = "test") -> float:
     with torch.no_grad():
         predicted = model(images).argmax(dim=1)
     return (predicted == labels).float().mean().item()
+
+
+def train_digits_vit(
+    *, attention: str = "sdpa", seed: int = 0, epochs: int = VIT_EPOCHS, cache: bool = True
+):
+    """Return a :class:`common.models.DigitsViT` trained on the train split, in eval mode.
+
+    Deterministic as :func:`train_digits_cnn`: the same arguments give the same weights bit
+    for bit on the same kernel path. In a source checkout the weights are kept in
+    ``build/cache/``, keyed by the source of this module and of ``common.models``, torch's
+    version, the CPU's kernel path (``common.cpu.describe().kernel_path``: float kernels of
+    different ISAs round differently) and the arguments.
+
+    Args:
+        attention: ``"sdpa"`` (separate q/k/v linears) or ``"mha"``
+            (``nn.MultiheadAttention``), see :data:`common.models.ATTENTION_STYLES`.
+        seed: seeds the initial weights and the order of the batches.
+        epochs: passes over the train split.
+        cache: set ``False`` to train afresh and leave the cache alone.
+
+    Returns:
+        DigitsViT: the trained model, in eval mode.
+
+    Raises:
+        ValueError: if ``attention`` is unknown, ``seed`` is not an integer or ``epochs`` not
+            a positive integer.
+    """
+    from common import models
+    from common.cpu import describe
+
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"seed must be an integer, got {seed!r}")
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+        raise ValueError(f"epochs must be a positive integer, got {epochs!r}")
+    with _reproducible():
+        torch.manual_seed(seed)  # nn layers draw their initial weights from the global RNG
+        model = models.DigitsViT(attention=attention)
+    path = None
+    if cache and _CACHE is not None:
+        source = hashlib.sha256(Path(__file__).read_bytes() + Path(models.__file__).read_bytes())
+        path = _CACHE / (
+            f"digits_vit_{attention}-{source.hexdigest()[:16]}-torch{torch.__version__}"
+            f"-{describe().kernel_path}-s{seed}-e{epochs}.pt"
+        )
+    if path is not None and path.exists():
+        model.load_state_dict(torch.load(path, weights_only=True))
+        return model.eval()
+    fit(model.train(), epochs=epochs, seed=seed, lr=_VIT_LEARNING_RATE)
+    model.eval()
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Write then rename: the two language builds may train and save at the same time.
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        torch.save(model.state_dict(), tmp)
+        tmp.replace(path)
+    return model

@@ -11,6 +11,8 @@ The steps, in the order :func:`lower` runs them:
 
 * :func:`reexport` -- torchao's first step, kept as is: a strict re-export with the
   decompositions of composite ops (``linear`` becomes ``permute`` + ``addmm``).
+* :func:`fold_constants` -- inductor's constant folding: an op that reads constants only (a
+  transformer's class token expanded to the batch) runs once and becomes a constant.
 * :func:`prepack_conv`, :func:`prepack_linear` -- ``dequantize -> conv/linear`` with a
   dequantized int8 weight becomes one ``onednn.qconv_pointwise`` / ``qlinear_pointwise`` that
   reads the uint8 activation and a prepacked weight.
@@ -29,6 +31,7 @@ from torch.fx import GraphModule, Node
 from common.pt2e import remove_unused_constants, replace_with_constant
 
 __all__ = [
+    "fold_constants",
     "fold_prepacked_weights",
     "fuse_post_ops",
     "lower",
@@ -105,6 +108,41 @@ def reexport(model: GraphModule, example_inputs: tuple) -> GraphModule:
     gm.graph.lint()
     gm.recompile()
     return gm
+
+
+def fold_constants(model: GraphModule) -> list[str]:
+    """Run every op whose inputs are all constants now; keep its result as a constant.
+
+    Inductor's constant folding, the part these graphs need: a ``get_attr``-only op (the
+    class token's ``expand`` to the batch, a transposed weight) becomes a buffer
+    ``_frozen_paramN`` (``common.pt2e.replace_with_constant``). q/dq ops are never folded, as
+    inductor keeps them for its patterns (an int8 weight stays int8 until prepacking).
+
+    Args:
+        model: a re-exported graph (:func:`reexport`); edited in place.
+
+    Returns:
+        list[str]: the names of the folded nodes.
+    """
+    graph, folded = model.graph, []
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target in (DQ, DQ_CHANNEL, Q):
+            continue
+        inputs = node.all_input_nodes
+        if not inputs or any(n.op != "get_attr" for n in inputs):
+            continue
+        if isinstance(node.target, torch._ops.OpOverload) and node.target._schema.is_mutable:
+            continue  # a buffer's update is not a constant (_check_graph refuses it)
+        args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: _fetch(model, n))
+        value = node.target(*args, **kwargs)
+        if not isinstance(value, torch.Tensor):
+            continue
+        folded.append(node.name)
+        replace_with_constant(model, node, value)
+    remove_unused_constants(model)
+    graph.lint()
+    model.recompile()
+    return folded
 
 
 # --- 1. Weight prepack ------------------------------------------------------------------------
@@ -369,9 +407,17 @@ def _check_graph(model: GraphModule) -> None:
         if node.target in (DQ, DQ_CHANNEL, qd.quantize_per_channel.default):
             continue  # inductor never folds these: the patterns need them
         if node.all_input_nodes and set(node.all_input_nodes) <= constants:
-            raise _unsupported(node, "an op on constants only (inductor would fold it)")
+            raise _unsupported(node, "an op on constants only that fold_constants left")
+        weight = {aten.mm.default: 1, aten.addmm.default: 2}.get(node.target)
+        if weight is not None and node.args[weight] in constants:
+            raise _unsupported(node, "a float linear (inductor packs it for mkl)")
         if node.target in (aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor, aten.div.Tensor):
-            if any(a in constants for a in node.all_input_nodes):
+            # Inductor folds such arithmetic into a conv's weight and bias when the conv is the
+            # other input (binary folding); after any other op it stays, as here.
+            inputs = node.all_input_nodes
+            if any(a in constants for a in inputs) and any(
+                _is(a, aten.convolution.default) for a in inputs
+            ):
                 raise _unsupported(node, "arithmetic with a constant (inductor's binary folding)")
 
 
@@ -394,6 +440,7 @@ def lower(model: GraphModule, example_inputs: tuple) -> GraphModule:
             names the node.
     """
     gm = reexport(model, example_inputs)
+    fold_constants(gm)
     _check_graph(gm)
     for node in reversed(list(gm.graph.nodes)):  # inductor's matcher walks from the end
         if node._erased or node.op != "call_function":

@@ -1,14 +1,21 @@
-"""A tiny deterministic model zoo: small models on 3x16x16 images, one larger for timing."""
+"""A tiny deterministic model zoo: small CNNs on 3x16x16 images, transformers, larger models."""
 
 import itertools
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 __all__ = [
+    "ATTENTION_STYLES",
     "IMAGE_SHAPE",
     "LARGE_MODEL_NAMES",
     "MODEL_NAMES",
+    "TRANSFORMER_NAMES",
+    "DigitsViT",
+    "Encoder",
+    "EncoderBlock",
+    "SelfAttention",
     "example_inputs",
     "get_model",
     "input_shape",
@@ -95,6 +102,118 @@ class ConvNet(nn.Module):
         return self.classifier(torch.flatten(self.pool(self.features(x)), 1))
 
 
+# --- Transformers (M05) -------------------------------------------------------------------------
+
+#: The two ways an encoder block can write its attention: ``"mha"``, ``nn.MultiheadAttention``
+#: (one packed ``in_proj_weight``), and ``"sdpa"``, separate q/k/v ``nn.Linear`` layers and
+#: ``F.scaled_dot_product_attention``, as most modern model code does.
+ATTENTION_STYLES = ("mha", "sdpa")
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention from separate q/k/v ``nn.Linear`` layers and SDPA."""
+
+    def __init__(self, dim: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.q_proj = nn.Linear(dim, dim)
+        self.k_proj = nn.Linear(dim, dim)
+        self.v_proj = nn.Linear(dim, dim)
+        self.out_proj = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        n, tokens, dim = x.shape
+
+        def split(t):  # (n, tokens, dim) -> (n, heads, tokens, dim // heads)
+            return t.view(n, tokens, self.heads, dim // self.heads).transpose(1, 2)
+
+        q, k, v = split(self.q_proj(x)), split(self.k_proj(x)), split(self.v_proj(x))
+        out = F.scaled_dot_product_attention(q, k, v)
+        return self.out_proj(out.transpose(1, 2).reshape(n, tokens, dim))
+
+
+class EncoderBlock(nn.Module):
+    """A pre-norm encoder block: ``x + attn(norm1(x))``, then ``x + fc2(gelu(fc1(norm2(x))))``.
+
+    ``attention`` is one of :data:`ATTENTION_STYLES`.
+    """
+
+    def __init__(self, dim: int, heads: int, hidden: int, *, attention: str):
+        super().__init__()
+        _check_attention(attention)
+        self.norm1 = nn.LayerNorm(dim)
+        if attention == "mha":
+            self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)
+        else:
+            self.attn = SelfAttention(dim, heads)
+        self.norm2 = nn.LayerNorm(dim)
+        self.fc1 = nn.Linear(dim, hidden)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(hidden, dim)
+
+    def forward(self, x):
+        h = self.norm1(x)
+        if isinstance(self.attn, nn.MultiheadAttention):
+            h = self.attn(h, h, h, need_weights=False)[0]
+        else:
+            h = self.attn(h)
+        x = x + h
+        return x + self.fc2(self.act(self.fc1(self.norm2(x))))
+
+
+def _check_attention(attention: str) -> None:
+    if attention not in ATTENTION_STYLES:
+        raise ValueError(
+            f"unknown attention style {attention!r} (one of: {', '.join(ATTENTION_STYLES)})"
+        )
+
+
+class DigitsViT(nn.Module):
+    """A ViT-style classifier for 1×8×8 digit images.
+
+    A 2×2 conv with stride 2 cuts the image into 16 patches (the patch embedding, 1 → 32
+    channels); a learned class token goes in front and learned position embeddings are added;
+    two pre-norm :class:`EncoderBlock` (4 heads, MLP 64), a final LayerNorm, and a linear head
+    on the class token give 10 logits.
+    """
+
+    def __init__(self, *, attention: str = "sdpa", dim: int = 32, depth: int = 2):
+        super().__init__()
+        _check_attention(attention)
+        self.patch_embed = nn.Conv2d(1, dim, kernel_size=2, stride=2)
+        self.cls_token = nn.Parameter(torch.randn(1, 1, dim) * 0.02)
+        self.pos_embed = nn.Parameter(torch.randn(1, 1 + 16, dim) * 0.02)
+        self.blocks = nn.Sequential(
+            *(EncoderBlock(dim, 4, 2 * dim, attention=attention) for _ in range(depth))
+        )
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, 10)
+
+    def forward(self, x):
+        x = self.patch_embed(x).flatten(2).transpose(1, 2)  # (n, 16, dim)
+        cls = self.cls_token.expand(x.shape[0], -1, -1)
+        x = torch.cat([cls, x], dim=1) + self.pos_embed
+        return self.head(self.norm(self.blocks(x))[:, 0])
+
+
+class Encoder(nn.Module):
+    """Four pre-norm SDPA encoder blocks, d_model 256, 4 heads, MLP 1024, on 64 tokens.
+
+    Random weights, big enough for int8 kernels to matter in timing (M05-3); it takes
+    ``(batch, 64, 256)`` token embeddings.
+    """
+
+    def __init__(self, *, attention: str = "sdpa", dim: int = 256, depth: int = 4):
+        super().__init__()
+        self.blocks = nn.Sequential(
+            *(EncoderBlock(dim, 4, 4 * dim, attention=attention) for _ in range(depth))
+        )
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, x):
+        return self.norm(self.blocks(x))
+
+
 _ZOO = {
     "conv_relu": ConvReLU,
     "conv_bn_relu": ConvBNReLU,
@@ -107,6 +226,18 @@ MODEL_NAMES = tuple(_ZOO)
 # Models too slow for those loops, each with its own image shape (see input_shape).
 _LARGE = {"conv_net": (ConvNet, LARGE_IMAGE_SHAPE)}
 LARGE_MODEL_NAMES = tuple(_LARGE)
+# One sample of the M05 transformers: a digit image, or 64 tokens of 256 numbers.
+_DIGITS_SHAPE = (1, 8, 8)
+_ENCODER_SHAPE = (64, 256)
+_TRANSFORMERS = {
+    "vit_mha": (lambda: DigitsViT(attention="mha"), _DIGITS_SHAPE),
+    "vit_sdpa": (lambda: DigitsViT(attention="sdpa"), _DIGITS_SHAPE),
+    "encoder": (Encoder, _ENCODER_SHAPE),
+}
+#: The transformers of M05 (random weights): the digits ViT in both attention styles and the
+#: larger encoder for timing; each takes its own input shape (see :func:`input_shape`).
+TRANSFORMER_NAMES = tuple(_TRANSFORMERS)
+_OTHERS = {**_LARGE, **_TRANSFORMERS}
 
 
 def _randomize_batch_norm(model: nn.Module, generator: torch.Generator) -> None:
@@ -128,7 +259,7 @@ def get_model(name: str) -> nn.Module:
     The global RNG is left untouched: weights come from a private seeded generator.
 
     Args:
-        name: one of :data:`MODEL_NAMES`.
+        name: one of :data:`MODEL_NAMES`, :data:`LARGE_MODEL_NAMES` or :data:`TRANSFORMER_NAMES`.
 
     Returns:
         nn.Module: a new model; two calls with the same name give equal weights.
@@ -147,7 +278,7 @@ def get_model(name: str) -> nn.Module:
     cpu_rng = torch.random.get_rng_state()
     try:
         torch.manual_seed(_SEED)  # nn layers draw their init from the global RNG
-        model = _ZOO[name]() if name in _ZOO else _LARGE[name][0]()
+        model = _ZOO[name]() if name in _ZOO else _OTHERS[name][0]()
     finally:
         torch.random.set_rng_state(cpu_rng)
     _randomize_batch_norm(model, torch.Generator().manual_seed(_SEED + 1))
@@ -155,23 +286,25 @@ def get_model(name: str) -> nn.Module:
 
 
 def _check_name(name: str) -> None:
-    if name not in _ZOO and name not in _LARGE:
-        names = ", ".join((*MODEL_NAMES, *LARGE_MODEL_NAMES))
+    if name not in _ZOO and name not in _OTHERS:
+        names = ", ".join((*MODEL_NAMES, *LARGE_MODEL_NAMES, *TRANSFORMER_NAMES))
         raise ValueError(f"unknown model {name!r} (one of: {names})")
 
 
-def input_shape(name: str) -> tuple[int, int, int]:
-    """The (channels, height, width) of the images model ``name`` takes.
+def input_shape(name: str) -> tuple[int, ...]:
+    """The shape of one sample model ``name`` takes: (channels, height, width), or (tokens, dim).
 
     >>> input_shape("small_cnn"), input_shape("conv_net")
     ((3, 16, 16), (3, 28, 28))
+    >>> input_shape("vit_sdpa"), input_shape("encoder")
+    ((1, 8, 8), (64, 256))
     """
     _check_name(name)
-    return _LARGE[name][1] if name in _LARGE else IMAGE_SHAPE
+    return _OTHERS[name][1] if name in _OTHERS else IMAGE_SHAPE
 
 
 def example_inputs(
-    batch: int = 1, *, seed: int = 0, shape: tuple[int, int, int] = IMAGE_SHAPE
+    batch: int = 1, *, seed: int = 0, shape: tuple[int, ...] = IMAGE_SHAPE
 ) -> tuple[torch.Tensor]:
     """Return ``(images,)``: a deterministic batch of images.
 
@@ -179,11 +312,11 @@ def example_inputs(
         batch: number of images, a positive integer.
         seed: picks the batch; different seeds give different images
             (calibration uses several).
-        shape: (channels, height, width); the default suits every model of ``MODEL_NAMES``,
-            ``input_shape(name)`` gives any model's.
+        shape: one sample's shape, (channels, height, width) for images; the default suits
+            every model of ``MODEL_NAMES``, ``input_shape(name)`` gives any model's.
 
     Returns:
-        tuple[torch.Tensor]: one float32 tensor of shape ``(batch, *IMAGE_SHAPE)``.
+        tuple[torch.Tensor]: one float32 tensor of shape ``(batch, *shape)``.
 
     Raises:
         ValueError: if ``batch`` is not a positive integer.

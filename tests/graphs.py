@@ -5,7 +5,7 @@ import collections
 import torch
 from torch import nn
 
-from common.models import MODEL_NAMES, get_model
+from common.models import MODEL_NAMES, TRANSFORMER_NAMES, get_model
 
 C, H, W = 3, 16, 16  # the zoo's image shape: every test model takes example_inputs(...)
 
@@ -305,7 +305,7 @@ TEST_MODELS = {
 
 def build(name: str) -> nn.Module:
     """A zoo model, or a test-only model with seeded weights and trained-looking BatchNorm."""
-    if name in MODEL_NAMES:
+    if name in MODEL_NAMES or name in TRANSFORMER_NAMES:
         return get_model(name)
     with torch.random.fork_rng():
         torch.manual_seed(0)

@@ -4,7 +4,16 @@ import pytest
 import torch
 
 from common import data
-from common.data import SPLITS, accuracy, digits, export_digits_model, fit, train_digits_cnn
+from common.data import (
+    SPLITS,
+    accuracy,
+    digits,
+    export_digits_model,
+    fit,
+    train_digits_cnn,
+    train_digits_vit,
+)
+from common.models import ATTENTION_STYLES
 
 
 @pytest.mark.parametrize(("split", "size"), SPLITS.items(), ids=list(SPLITS))
@@ -91,6 +100,46 @@ def test_the_exported_model_takes_any_batch_size():
     for batch in (1, 7, 500):
         with torch.no_grad():
             torch.testing.assert_close(gm(images[:batch]), model(images[:batch]))
+
+
+@pytest.mark.parametrize("attention", ATTENTION_STYLES)
+def test_two_vit_trainings_give_identical_weights(attention):
+    rng = torch.random.get_rng_state()
+    one = train_digits_vit(attention=attention, seed=3, epochs=1, cache=False)
+    two = train_digits_vit(attention=attention, seed=3, epochs=1, cache=False)
+    for (name, a), (_, b) in zip(one.state_dict().items(), two.state_dict().items(), strict=True):
+        assert torch.equal(a, b), f"{name} differs between two trainings"
+    assert torch.equal(torch.random.get_rng_state(), rng)
+    assert not one.training
+
+
+def test_the_vit_cache_is_keyed_by_style_and_kernel_path(tmp_path, monkeypatch):
+    from common.cpu import describe
+
+    monkeypatch.setattr(data, "_CACHE", tmp_path)
+    trained = train_digits_vit(attention="mha", seed=5, epochs=1)
+    (stored,) = tmp_path.glob("digits_vit_mha-*-s5-e1.pt")
+    assert describe().kernel_path in stored.name
+    assert not list(tmp_path.glob(".*")), "no temporary file is left behind"
+    loaded = train_digits_vit(attention="mha", seed=5, epochs=1)
+    for name, value in trained.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], value), name
+
+
+@pytest.mark.parametrize("attention", ATTENTION_STYLES)
+def test_the_trained_vit_reads_digits_with_any_batch_size(attention):
+    model = train_digits_vit(attention=attention)
+    assert accuracy(model) > 0.9
+    gm = export_digits_model(model)
+    images, _ = digits("test")
+    for batch in (1, 7, 500):
+        with torch.no_grad():
+            torch.testing.assert_close(gm(images[:batch]), model(images[:batch]))
+
+
+def test_an_unknown_vit_attention_style_is_refused():
+    with pytest.raises(ValueError, match="unknown attention style 'flash'"):
+        train_digits_vit(attention="flash", cache=False)
 
 
 @pytest.mark.parametrize(

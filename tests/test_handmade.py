@@ -1,7 +1,8 @@
 """common.handmade against torchao: the same graphs, qparams and bit-identical outputs.
 
 The matrix: every model x (course quantizer, X86InductorQuantizer, the model's own category
-quantizer) x (non-strict, strict export). Where torchao itself fails, handmade must fail alike.
+quantizer) x (non-strict, strict export), and M05's transformers with the x86 quantizer, static
+and dynamic. Where torchao itself fails, handmade must fail alike.
 """
 
 import copy
@@ -12,7 +13,7 @@ import torch
 from graphs import TEST_MODELS, C, build, call_function_targets
 from torch import nn
 
-from common.models import MODEL_NAMES, example_inputs, get_model
+from common.models import MODEL_NAMES, TRANSFORMER_NAMES, example_inputs, get_model, input_shape
 from common.pt2e import calibrate, export_module, quiet, x86_quantizer
 
 from conftest import ON_THE_PATTERN_WORKER, pattern_key
@@ -179,12 +180,24 @@ TORCHAO_FAILS = {
 # deselected with -m "not slow".
 SLOW_MODELS = {"unfolded_bn"}
 SLOW = [pytest.mark.slow, ON_THE_PATTERN_WORKER]
+# M05's digits ViT in both attention styles (class token, SDPA, 3-D linears, LayerNorm).
+TRANSFORMERS = {"vit_mha": ["x86", "x86_dynamic"], "vit_sdpa": ["x86", "x86_dynamic"]}
 MATRIX = [
-    pytest.param(m, q, e, id=f"{m}-{q}-{e}", marks=SLOW if m in SLOW_MODELS else [])
-    for m in (*MODEL_NAMES, *TEST_MODELS)
-    for q in ("course", "x86", *OWN_QUANTIZERS.get(m, ()))
-    for e in EXPORTS
+    *(
+        pytest.param(m, q, e, id=f"{m}-{q}-{e}", marks=SLOW if m in SLOW_MODELS else [])
+        for m in (*MODEL_NAMES, *TEST_MODELS)
+        for q in ("course", "x86", *OWN_QUANTIZERS.get(m, ()))
+        for e in EXPORTS
+    ),
+    *(pytest.param(m, q, "nonstrict", id=f"{m}-{q}") for m, qs in TRANSFORMERS.items() for q in qs),
 ]
+
+
+def sample(model_name, batch=2, seed=0):
+    """A batch in the model's own input shape (the zoo's images, or a transformer's)."""
+    if model_name in TRANSFORMER_NAMES:
+        return example_inputs(batch, seed=seed, shape=input_shape(model_name))
+    return example_inputs(batch, seed=seed)
 
 
 def torchao_failure(model_name, quantizer_name, export):
@@ -209,7 +222,7 @@ _EXPORTED = {}
 def exported(model_name, export="nonstrict"):
     """A fresh copy of the model's exported GraphModule (each model is exported once per mode)."""
     if (model_name, export) not in _EXPORTED:
-        program = torch.export.export(build(model_name), example_inputs(2), strict=EXPORTS[export])
+        program = torch.export.export(build(model_name), sample(model_name), strict=EXPORTS[export])
         _EXPORTED[model_name, export] = program.module()
     return copy.deepcopy(_EXPORTED[model_name, export])
 
@@ -222,7 +235,8 @@ def prepare_both(model_name, quantizer_name, export="nonstrict"):
             warnings.simplefilter("always")
             prepared = prepare(exported(model_name, export), QUANTIZERS[quantizer_name]())
         notes.append([str(w.message) for w in caught if "fusing" in str(w.message)])
-        calibrate(prepared, batches=1)
+        with torch.no_grad():
+            prepared(*sample(model_name))  # as calibrate(prepared, batches=1)
         pair.append(prepared)
     return (*pair, notes)
 
@@ -254,7 +268,7 @@ def test_matches_torchao_bit_for_bit(model_name, quantizer_name, export):
     assert call_function_targets(mine) == call_function_targets(expected)
     assert mine.code == expected.code, "the converted graphs differ"
     assert_same_state(mine, expected)
-    x = example_inputs(2, seed=100)
+    x = sample(model_name, seed=100)
     assert torch.equal(mine(*x), expected(*x)), "outputs differ"
 
 

@@ -12,7 +12,14 @@ import torch
 from graphs import TEST_MODELS, build, call_function_targets
 from torch import nn
 
-from common.models import LARGE_MODEL_NAMES, MODEL_NAMES, example_inputs, get_model, input_shape
+from common.models import (
+    LARGE_MODEL_NAMES,
+    MODEL_NAMES,
+    TRANSFORMER_NAMES,
+    example_inputs,
+    get_model,
+    input_shape,
+)
 from common.pt2e import calibrate, export_module, quiet, x86_quantizer
 
 from conftest import ON_THE_PATTERN_WORKER
@@ -71,20 +78,25 @@ EXTRA_MODELS = {"residual_then_conv": ResidualThenConv, "residual_no_relu": Resi
 X86_REFUSES = {"same_padding_transpose_bn", "reused_relu"}
 LOWERING_REFUSES = {
     "transpose_bn": "float 2-D/3-D convolution",  # a conv-transpose, packed for mkldnn
-    "transposed_weight": "an op on constants only",  # weight.t(), which inductor would fold
+    "transposed_weight": "a float linear",  # weight.t() folded: inductor packs it for mkl
     "buffer_mutation": "an op on constants only",  # the buffer's update
+    # nn.MultiheadAttention transposes to (tokens, batch, dim): its float in_proj is a bmm (M05-1)
+    "vit_mha": "a linear over a non-contiguous 3-D input",
 }
 MATRIX = [
     *MODEL_NAMES,
     *LARGE_MODEL_NAMES,
     *(name for name in TEST_MODELS if name not in X86_REFUSES | LOWERING_REFUSES.keys()),
     *EXTRA_MODELS,
+    # M05: a class token (an op on constants only), position embeddings, 3-D linears, SDPA
+    # (the encoder adds nothing new and costs a lowering of 24 linears)
+    "vit_sdpa",
 ]
 
 
 def inputs(name: str, seed: int = 0) -> tuple:
     """The batch a matrix model is exported, calibrated and compared with (the large one: 2)."""
-    if name in LARGE_MODEL_NAMES:
+    if name in LARGE_MODEL_NAMES or name in TRANSFORMER_NAMES:
         return example_inputs(2, seed=seed, shape=input_shape(name))
     return example_inputs(8, seed=seed)
 
@@ -93,7 +105,8 @@ def quantized(name: str, quantizer=None) -> torch.fx.GraphModule:
     if name in EXTRA_MODELS:
         model = EXTRA_MODELS[name]().eval()
     else:
-        model = get_model(name) if name in LARGE_MODEL_NAMES else build(name)
+        large = name in LARGE_MODEL_NAMES or name in TRANSFORMER_NAMES
+        model = get_model(name) if large else build(name)
     prepared = prepare_pt2e(export_module(model, inputs(name)), quantizer or x86_quantizer())
     with torch.no_grad():
         for seed in range(4):  # as common.pt2e.calibrate, in the model's own image shape

@@ -118,7 +118,7 @@ def annotations(gm) -> dict:
 
 # %%
 # 步驟 1 — 標注同一張圖兩次
-# --------------------------
+# -------------------------
 # 圖中每個運算一列：每個 quantizer 在它的輸入（先是活化值輸入，再來是 weight）與輸出上寫了
 # 什麼。
 
@@ -167,7 +167,7 @@ assert shared == ["max_pool2d", "adaptive_avg_pool2d", "flatten"], "pool 與 fla
 
 # %%
 # 步驟 3 — 兩者都 convert，比較兩張圖
-# ----------------------------------
+# -----------------------------------
 # 用相同的批次校準之後，convert 把每一條有 annotation 的邊變成 q/dq。XNNPACK 的圖幾乎在
 # 每個運算之後都有一對 q/dq，連輸出也是 int8；x86 的圖只量化 conv、add 與 linear 的輸入。
 
@@ -205,7 +205,7 @@ assert all(torch.count_nonzero(z) == 0 for z in zero_points), "對稱的 weight�
 
 # %%
 # 步驟 4 — 動態設定
-# ----------------
+# -----------------
 # ``is_dynamic=True`` 在執行時量化活化值：由 ``choose_qparams`` node 量測每一批輸入，
 # 不需要校準。XNNPACK 把它用在 linear，以及沒有和 relu 融合的 conv 上（conv + relu 這個
 # 模式沒有動態版本）；其餘的都留在浮點數。
@@ -222,7 +222,7 @@ assert not dynamic.graph.find_nodes(op="call_function", target=qd.quantize_per_t
 
 # %%
 # 步驟 5 — handmade，逐位元相同
-# ----------------------------
+# -----------------------------
 # 課程的 ``handmade.prepare`` 與 ``handmade.convert`` （M02）對 XNNPACK 一無所知：它們只讀
 # annotation。給它們 ``XNNPACKQuantizer`` ，產生的程式碼與輸出和 torchao 完全相同
 # （ ``tests/test_handmade.py`` 在課程的每個模型上，以 strict 與 non-strict 匯出都檢查過）。

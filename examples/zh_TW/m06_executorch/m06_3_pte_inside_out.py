@@ -132,7 +132,7 @@ print(f".pte：{len(pte_bytes):,} 位元組")
 
 # %%
 # 步驟 1 — 檔案的配置
-# --------------------
+# -------------------
 # ``.pte`` 是一個 FlatBuffer（ ``executorch/schema/program.fbs`` 的 ``Program`` ），後面接著
 # **區段** （segment）：程式所指向的、對齊過的原始位元組範圍。FlatBuffer 前 8 個位元組之後的
 # 延伸標頭，記錄每個部分從哪裡開始。ExecuTorch 的序列化程式用 ``_get_extended_header`` 與
@@ -244,7 +244,7 @@ assert sqnr(expected, out) > 40, "比 int8 與浮點數的差距小得多"
 
 # %%
 # 步驟 5 — 數值在哪裡分岔：ETDump 與 Inspector
-# ---------------------------------------------
+# --------------------------------------------
 # PyPI 上的執行環境建置時就含有 event tracer，所以能記錄 **ETDump** ：以
 # ``enable_etdump=True`` 加上一塊 debug buffer 載入程式，執行一次，寫出紀錄。 ``Inspector``
 # 把紀錄和 ETRecord 接在一起，在 Python 裡以相同的輸入執行紀錄下來的圖，

@@ -148,8 +148,8 @@ for name in ops:
 # quantizer quantizes only what the next int8 kernel reads. XNNPACK's **activations are
 # signed**, int8 in [-128, 127], where x86 uses uint8 in [0, 255] (its oneDNN kernels multiply
 # uint8 by int8); both are affine, with a zero point. And XNNPACK's **weights** use
-# [-127, 127], symmetric around 0, so that -128 never appears and a product never needs the
-# extra bit.
+# [-127, 127]: the same range on both sides of 0, so -128 never appears and negating a weight
+# never overflows int8.
 
 _, relu_out = xnn["relu"]
 assert describe_spec(relu_out) == "int8[-128,127] affine", "XNNPACK: int8 outputs"

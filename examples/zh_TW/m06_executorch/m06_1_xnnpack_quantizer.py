@@ -143,8 +143,8 @@ for name in ops:
 # XNNPACK 從頭到尾以整數執行融合後的運算；x86 quantizer 只量化下一個 int8 核心程式要讀的
 # 東西。XNNPACK 的 **活化值是有號的** ，int8，範圍 [-128, 127]；x86 用的是 uint8，範圍
 # [0, 255]（它的 oneDNN 核心程式做 uint8 乘 int8）；兩者都是仿射量化，有 zero point。
-# 還有 XNNPACK 的 **weight** 用 [-127, 127]，以 0 為中心對稱，-128 永遠不會出現，乘積也就
-# 不需要多出的那一個位元。
+# 還有 XNNPACK 的 **weight** 用 [-127, 127]：0 的兩側範圍相同，-128 永遠不會出現，把 weight
+# 取負號也不會超出 int8。
 
 _, relu_out = xnn["relu"]
 assert describe_spec(relu_out) == "int8[-128,127] affine", "XNNPACK：輸出是 int8"

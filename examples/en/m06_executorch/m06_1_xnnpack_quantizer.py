@@ -136,6 +136,7 @@ def row(notes, name) -> str:
         return "(not annotated)"
     inputs, output = notes[name]
     ins = " + ".join(describe_spec(spec) for spec in inputs.values() if spec is not None)
+    ins = ins or "float"  # an op whose output alone is annotated, like relu after a conv
     return f"in {ins} -> out {describe_spec(output)}"
 
 

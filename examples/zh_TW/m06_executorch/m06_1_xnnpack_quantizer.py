@@ -132,6 +132,7 @@ def row(notes, name) -> str:
         return "（沒有 annotation）"
     inputs, output = notes[name]
     ins = " + ".join(describe_spec(spec) for spec in inputs.values() if spec is not None)
+    ins = ins or "float"  # 只有輸出有 annotation 的運算，例如接在 conv 後面的 relu
     return f"輸入 {ins} -> 輸出 {describe_spec(output)}"
 
 

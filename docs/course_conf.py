@@ -37,6 +37,7 @@ API_MODULES = (
     "common.viz",
     "common.quantizer",
     "common.handmade",
+    "common.edge",
     "common.expect",
     "common.cpu",
     "common.timing",

@@ -1,8 +1,9 @@
 """common.handmade against torchao: the same graphs, qparams and bit-identical outputs.
 
-The matrix: every model x (course quantizer, X86InductorQuantizer, the model's own category
-quantizer) x (non-strict, strict export), and M05's transformers with the x86 quantizer, static
-and dynamic. Where torchao itself fails, handmade must fail alike.
+The matrix: every model x (course quantizer, X86InductorQuantizer, ExecuTorch's
+XNNPACKQuantizer, the model's own category quantizer) x (non-strict, strict export), and M05's
+transformers with the x86 quantizer, static and dynamic. Where torchao itself fails, handmade
+must fail alike.
 """
 
 import copy
@@ -151,9 +152,26 @@ def dynamic_x86():
     return X86InductorQuantizer().set_global(config)
 
 
+def xnnpack(**options):
+    """ExecuTorch's XNNPACKQuantizer, per-channel weights (imported here: executorch is slow)."""
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+
+    config = get_symmetric_quantization_config(is_per_channel=True, **options)
+    return XNNPACKQuantizer().set_global(config)
+
+
+def xnnpack_dynamic():
+    return xnnpack(is_dynamic=True)
+
+
 QUANTIZERS = {
     "course": CourseQuantizer,
     "x86": x86_quantizer,
+    "xnnpack": xnnpack,
+    "xnnpack_dynamic": xnnpack_dynamic,
     "in_place": InPlaceQuantizer,
     "float_bias": FloatBiasQuantizer,
     "int32_bias": Int32BiasQuantizer,
@@ -166,8 +184,10 @@ QUANTIZERS = {
 OWN_QUANTIZERS = {
     "residual_in_place": ["in_place"],
     "conv_sigmoid": ["float_bias", "int32_bias", "fixed_sigmoid"],
-    "mlp": ["x86_dynamic", "fp16"],
+    "mlp": ["x86_dynamic", "xnnpack_dynamic", "fp16"],
     "transposed_weight": ["linear_weight", "x86_dynamic", "fp16"],
+    "residual": ["xnnpack_dynamic"],
+    "batched_linear": ["xnnpack_dynamic"],
 }
 EXPORTS = {"nonstrict": False, "strict": True}
 # Where torchao itself raises, handmade must raise the same error (it runs the same annotate).
@@ -186,7 +206,7 @@ MATRIX = [
     *(
         pytest.param(m, q, e, id=f"{m}-{q}-{e}", marks=SLOW if m in SLOW_MODELS else [])
         for m in (*MODEL_NAMES, *TEST_MODELS)
-        for q in ("course", "x86", *OWN_QUANTIZERS.get(m, ()))
+        for q in ("course", "x86", "xnnpack", *OWN_QUANTIZERS.get(m, ()))
         for e in EXPORTS
     ),
     *(pytest.param(m, q, "nonstrict", id=f"{m}-{q}") for m, qs in TRANSFORMERS.items() for q in qs),

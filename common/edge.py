@@ -1,0 +1,502 @@
+"""A partitioner written by hand: the int8 nodes XNNPACK runs, tagged for ExecuTorch (M06-2).
+
+``CoursePartitioner`` delegates exactly the nodes that ExecuTorch's ``XnnpackPartitioner``
+delegates in a graph quantized with ``XNNPACKQuantizer`` (int8 activations, static qparams),
+in the same partitions, so the two programs give ``torch.equal`` outputs on the ExecuTorch
+runtime (``tests/test_edge.py`` checks this model by model). Its knowledge is one table,
+:data:`SUPPORTED`: each op XNNPACK can run, whether it has an int8 kernel, and the constraint
+that keeps it off XNNPACK. An op the table does not know raises ``NotImplementedError``
+naming the node, so a partition never differs silently.
+
+What it refuses, loudly: a graph with no quantize/dequantize node (``XnnpackPartitioner``
+also delegates float graphs), uint8 activations (``X86InductorQuantizer``'s), dynamic
+quantization, and float convs or linears inside a quantized graph.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from executorch.backends.xnnpack.utils.quant_utils import tag_as_implicit_q_dq
+from executorch.backends.xnnpack.xnnpack_preprocess import XnnpackBackend
+from executorch.exir.backend.canonical_partitioners.pattern_op_partitioner import (
+    generate_grouped_partitions_from_list_of_nodes,
+)
+from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
+from torch.export import ExportedProgram
+from torch.fx import GraphModule, Node
+
+__all__ = [
+    "PORTABLE",
+    "SUPPORTED",
+    "CoursePartitioner",
+    "Op",
+    "delegated",
+    "lower",
+    "xnnpack_quantizer",
+]
+
+# Dtypes XNNPACK takes as an op's tensors: float ones, and (q/dq nodes only) the int8 ones.
+_FLOAT = (torch.float32, torch.float16)
+_QUANTIZED = (*_FLOAT, torch.int8, torch.qint8, torch.quint8, torch.qint32)
+Q, DQ = "quantize_per_tensor.default", "dequantize_per_tensor.default"
+DQ_CHANNEL = "dequantize_per_channel.default"
+GEMMS = {"convolution.default", "linear.default"}  # weight args[1], bias args[2], input args[0]
+# Ops XNNPACK asks ExecuTorch to keep whole (not decomposed) that this table does not cover:
+# decomposed, their pieces would be partitioned differently.
+_KEPT_WHOLE_BY_XNNPACK = {"hardswish.default", "upsample_bilinear2d.vec", "prelu.default"}
+
+
+def op_name(target) -> str:
+    """``aten.relu.default`` or ``<EdgeOpOverload: aten.relu.default>`` -> ``relu.default``."""
+    return ".".join(getattr(target, "__name__", str(target)).split(".")[-2:])
+
+
+def _is(node, name: str) -> bool:
+    return isinstance(node, Node) and node.op == "call_function" and op_name(node.target) == name
+
+
+# --- Constraints: each returns why XNNPACK cannot run the node, or None when it can ----------
+
+
+def _pool_sizes(node: Node):
+    kernel = list(node.args[1]) * (2 if len(node.args[1]) == 1 else 1)
+    stride = node.args[2] if len(node.args) > 2 and node.args[2] else kernel
+    stride = list(stride) * (2 if len(stride) == 1 else 1)
+    padding = node.args[3] if len(node.args) > 3 else [0, 0]
+    return kernel, stride, [padding] * 2 if isinstance(padding, int) else list(padding)
+
+
+def _max_pool(node: Node):
+    kernel, stride, _ = _pool_sizes(node)
+    if any(s > k for s, k in zip(stride, kernel, strict=True)):
+        return f"stride {stride} larger than the kernel {kernel}"
+    return None
+
+
+def _avg_pool(node: Node):
+    kernel, _, padding = _pool_sizes(node)
+    args = (*node.args, *[None] * 7)[:7]
+    if args[4]:
+        return "ceil_mode"
+    if args[5] is not False and any(padding):
+        return "padding counted in the average"
+    if args[6] is not None and args[6] != kernel[0] * kernel[1]:
+        return "a divisor_override"
+    return None
+
+
+def _mean(node: Node):
+    rank = node.args[0].meta["val"].dim()
+    dims = sorted(d % rank for d in node.args[1])
+    keepdim = len(node.args) > 2 and node.args[2]
+    if rank != 4 or dims != [2, 3]:
+        return f"a mean over dims {node.args[1]} of a {rank}-D tensor (only H and W of 4-D)"
+    if not keepdim:
+        return "a mean without keepdim=True (XNNPACK's global average pool keeps H and W as 1)"
+    if node.kwargs.get("dtype") is not None:
+        return "a mean with a dtype"
+    return None
+
+
+def _view(node: Node):
+    shape = node.args[1]
+    if not all(isinstance(d, int) for d in shape) or list(shape).count(-1) > 1:
+        return f"a view to {shape} (symbolic, or more than one -1)"
+    return None
+
+
+def _same_dim_order(node: Node):
+    wanted = node.kwargs.get("dim_order")
+    if wanted is not None and list(node.args[0].meta["val"].dim_order()) != list(wanted):
+        return "a copy that changes the dim order"
+    return None
+
+
+def _conv(node: Node):
+    weight = node.args[1]
+    if weight.meta["val"].dim() > 4:
+        return "a 3-D convolution"
+    transposed, groups = node.args[6], node.args[8]
+    if transposed and _is(weight, DQ_CHANNEL) and (groups > 1 or weight.args[3] != 1):
+        return "a transposed conv with per-channel weights on an axis other than 1, or groups"
+    return None
+
+
+def _add_sub(node: Node):
+    if node.kwargs.get("alpha", 1) != 1:
+        return "alpha != 1"
+    return None
+
+
+def _cat(node: Node):
+    return None if len(node.all_input_nodes) >= 2 else "a cat of fewer than 2 tensors"
+
+
+@dataclass(frozen=True)
+class Op:
+    """What XNNPACK does with one op.
+
+    Attributes:
+        int8: XNNPACK has an int8 kernel for it: when every input comes from a dequantize
+            and its one user is a quantize (through ``fused``), those join its partition and
+            XNNPACK folds them into int8 tensors. Without one it runs the op in float.
+        why_not: the constraint: a function of the node returning why XNNPACK cannot run it,
+            or None when it can.
+        fused: the activation XNNPACK fuses into it (between the op and its quantize).
+        keep_whole: ExecuTorch must not decompose it (``ops_to_not_decompose``).
+    """
+
+    int8: bool
+    why_not: Callable[[Node], str | None] = lambda node: None
+    fused: tuple[str, ...] = ()
+    keep_whole: object = None
+
+
+aten = torch.ops.aten
+_ACTIVATIONS = ("relu.default", "hardtanh.default")
+
+#: Every op this partitioner knows, by name without namespace (as in the edge graph).
+SUPPORTED: dict[str, Op] = {
+    # Standalone quantize/dequantize: XNNPACK converts float <-> int8 itself.
+    Q: Op(int8=True),
+    DQ: Op(int8=True),
+    # conv and linear: dequantize(input), dequantize(int8 weight), float bias, optional
+    # relu/hardtanh, then a quantize: one int8 GEMM (see CoursePartitioner._gemm).
+    "convolution.default": Op(int8=True, why_not=_conv, fused=_ACTIVATIONS),
+    "linear.default": Op(int8=True, fused=_ACTIVATIONS, keep_whole=aten.linear.default),
+    "add.Tensor": Op(int8=True, why_not=_add_sub, fused=("relu.default",)),
+    "sub.Tensor": Op(int8=True, why_not=_add_sub),
+    "mul.Tensor": Op(int8=True),
+    "relu.default": Op(int8=True),
+    "hardtanh.default": Op(int8=True),
+    "clamp.default": Op(int8=True),
+    "cat.default": Op(int8=True, why_not=_cat),
+    "max_pool2d.default": Op(int8=True, why_not=_max_pool, keep_whole=aten.max_pool2d.default),
+    "mean.dim": Op(int8=True, why_not=_mean),
+    "view_copy.default": Op(int8=True, why_not=_view),
+    "permute_copy.default": Op(int8=True),
+    "_to_dim_order_copy.default": Op(
+        int8=True,
+        why_not=lambda n: (
+            "a dtype conversion" if n.args[0].meta["val"].dtype != n.meta["val"].dtype else None
+        ),
+    ),
+    # Float kernels only: in a quantized graph they run in float between a dequantize and a
+    # quantize, each a partition member of its own.
+    "avg_pool2d.default": Op(int8=False, why_not=_avg_pool),
+    "_clone_dim_order.default": Op(int8=False, why_not=_same_dim_order),
+    "sigmoid.default": Op(int8=False),
+    "tanh.default": Op(int8=False),
+    "div.Tensor": Op(int8=False),
+    # Not an op XNNPACK runs alone: only inside a conv or linear, as its weight.
+    DQ_CHANNEL: Op(int8=False, why_not=lambda node: "a per-channel dequantize outside a GEMM"),
+}
+
+
+#: Ops this partitioner knows XNNPACK does not run: they stay on ExecuTorch's portable kernels.
+PORTABLE: dict[str, str] = {
+    "mean.default": "XNNPACK has no config for a mean over all elements",
+    "_adaptive_avg_pool2d.default": "XNNPACK has no config for adaptive average pooling",
+    "max_pool2d_with_indices.default": "the max pool XNNPACK refused, decomposed (with indices)",
+    "getitem": "reads one output of a multi-output op; XNNPACK takes none here",
+}
+
+
+def _dtypes_ok(node: Node) -> bool:
+    """XNNPACK's common check: non-empty float tensors of one dtype in, float out (q/dq: int8)."""
+    allowed = _QUANTIZED if op_name(node.target) in (Q, DQ, DQ_CHANNEL) else _FLOAT
+    inputs = []
+    for arg in node.args:  # cat's tensors come as a list
+        inputs += arg if isinstance(arg, list | tuple) else [arg]
+    first = None
+    for arg in (a for a in inputs if isinstance(a, Node)):
+        value = arg.meta.get("val")
+        if value is None or isinstance(value, tuple):
+            continue
+        if not isinstance(value, torch.Tensor) or value.numel() == 0 or value.dtype not in allowed:
+            return False
+        first = first or value.dtype
+        if value.dtype != first:
+            return False
+    outputs = node.meta.get("val")
+    outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+    return all(o is None or (isinstance(o, torch.Tensor) and o.dtype in allowed) for o in outputs)
+
+
+def _constants(program: ExportedProgram) -> set[str]:
+    signature = program.graph_signature
+    return {
+        *signature.inputs_to_parameters,
+        *signature.inputs_to_buffers,
+        *signature.inputs_to_lifted_tensor_constants,
+    }
+
+
+def _unknown(node: Node) -> NotImplementedError:
+    return NotImplementedError(
+        f"CoursePartitioner does not know {op_name(node.target)} "
+        f"(node {node.name!r}: {node.format_node()}); add it to common.edge.SUPPORTED with "
+        "XNNPACK's constraint (executorch/backends/xnnpack/partition/config/), or use "
+        "XnnpackPartitioner for this model"
+    )
+
+
+def _check_type(program, *, where: str) -> None:
+    if isinstance(program, GraphModule):
+        raise TypeError(
+            f"CoursePartitioner.{where} expects an ExportedProgram, got a GraphModule; export "
+            "the quantized model first: to_edge_transform_and_lower(torch.export.export(gm, "
+            "example_inputs), partitioner=[CoursePartitioner()]), or common.edge.lower(gm, "
+            "example_inputs)"
+        )
+    if not isinstance(program, ExportedProgram):
+        raise TypeError(
+            f"CoursePartitioner.{where} expects an ExportedProgram, got {type(program).__name__}"
+        )
+
+
+def _check_quantized(program: ExportedProgram) -> None:
+    qdq = [n for n in program.graph.nodes if _is(n, Q) or _is(n, DQ) or _is(n, DQ_CHANNEL)]
+    if not qdq:
+        raise ValueError(
+            "CoursePartitioner delegates quantized graphs, and this one has no quantize or "
+            "dequantize node: quantize it first (prepare_pt2e with "
+            "common.edge.xnnpack_quantizer(), calibrate, convert_pt2e), or use "
+            "XnnpackPartitioner, which also delegates float graphs"
+        )
+    for node in qdq:
+        if _is(node, Q) and node.args[5] != torch.int8:
+            raise ValueError(
+                f"CoursePartitioner expects int8 activations (XNNPACKQuantizer's), but node "
+                f"{node.name!r} quantizes to {node.args[5]}; X86InductorQuantizer's uint8 "
+                "graph is for the x86 lowering (M03): quantize with "
+                "common.edge.xnnpack_quantizer() instead"
+            )
+
+
+class CoursePartitioner(Partitioner):
+    """Tags the nodes of a quantized edge program that XNNPACK runs, as ``XnnpackPartitioner``.
+
+    ``partition`` walks the graph once. Each node whose op is in :data:`SUPPORTED` and passes
+    its constraint makes a *match*: the node, plus for an int8 pattern its dequantized inputs
+    and the quantize after it (and a conv's or linear's weight and bias). Matches sharing a
+    node are merged; ExecuTorch's ``GroupBasedPartitioner`` then cuts the matched nodes into
+    partitions that create no cycle, each tagged for the XNNPACK backend.
+
+    Example:
+        ``to_edge_transform_and_lower(program, partitioner=[CoursePartitioner()])``
+    """
+
+    def ops_to_not_decompose(self, program):
+        """The ops ExecuTorch must keep whole for XNNPACK, and the filter choosing the nodes.
+
+        Args:
+            program: the ATen-dialect ``ExportedProgram`` before decomposition.
+
+        Returns:
+            tuple: (ops, filter): ``aten.linear`` and ``aten.max_pool2d``, and a function
+            telling for each node whether XNNPACK will take it whole (if not, it decomposes).
+
+        Raises:
+            TypeError: if ``program`` is a ``GraphModule`` (export it first).
+            ValueError: if the graph is not quantized, or quantized to uint8.
+            NotImplementedError: for an op XNNPACK keeps whole that this table lacks.
+        """
+        _check_type(program, where="ops_to_not_decompose")
+        if not any(n.name.startswith("executorch_call_delegate") for n in program.graph.nodes):
+            _check_quantized(program)  # (asked again after lowering, q/dq inside delegates)
+        for node in program.graph.nodes:
+            if node.op == "call_function" and op_name(node.target) in _KEPT_WHOLE_BY_XNNPACK:
+                raise _unknown(node)
+        constants = _constants(program)
+        keep = [op.keep_whole for op in SUPPORTED.values() if op.keep_whole is not None]
+
+        def keep_this_one(node: Node) -> bool:  # asked of every node: answer for ``keep``
+            return node.target in keep and self._match(node, constants) is not None
+
+        return keep, keep_this_one
+
+    def partition(self, program):
+        """Tag the nodes XNNPACK runs with ``node.meta["delegation_tag"]``.
+
+        Args:
+            program: an edge-dialect ``ExportedProgram`` of a graph quantized to int8.
+
+        Returns:
+            PartitionResult: the same program, tagged, and the tag -> ``DelegationSpec`` map.
+
+        Raises:
+            TypeError: if ``program`` is a ``GraphModule`` (export it first).
+            ValueError: if the graph is not quantized, or quantized to uint8.
+            NotImplementedError: naming the first node whose op is not in :data:`SUPPORTED`.
+        """
+        _check_type(program, where="partition")
+        _check_quantized(program)
+        constants = _constants(program)
+        matches = []
+        for node in program.graph.nodes:
+            if node.op != "call_function":
+                continue
+            if op_name(node.target) in PORTABLE:
+                continue
+            if op_name(node.target) not in SUPPORTED:
+                raise _unknown(node)
+            match = self._match(node, constants)
+            if match:
+                matches.append(match)
+                # XNNPACK folds a q/dq inside an int8 pattern into its int8 tensors.
+                for member in match[1:]:
+                    if _is(member, Q) or _is(member, DQ) or _is(member, DQ_CHANNEL):
+                        tag_as_implicit_q_dq(member)
+        groups = _merge(matches, constants)
+        partitions = generate_grouped_partitions_from_list_of_nodes(program.graph_module, groups)
+        spec = DelegationSpec(XnnpackBackend.__name__, [])
+        tags = {}
+        for partition in partitions:
+            tag = f"tag{partition.id}"
+            for node in partition.nodes:
+                node.meta["delegation_tag"] = tag
+            tags[tag] = spec
+        return PartitionResult(tagged_exported_program=program, partition_tags=tags)
+
+    # --- One node's match ------------------------------------------------------------------
+
+    def _match(self, node: Node, constants: set[str]) -> list[Node] | None:
+        """The nodes XNNPACK takes with ``node`` (itself first), or None if it cannot run it."""
+        op = SUPPORTED.get(op_name(node.target)) if node.op == "call_function" else None
+        if op is None or not _dtypes_ok(node) or op.why_not(node) is not None:
+            return None
+        if op_name(node.target) in GEMMS:
+            return self._gemm(node, op, constants)
+        if op_name(node.target) in (Q, DQ):
+            return [node]
+        return [node, *self._int8_pattern(node, op)]
+
+    def _gemm(self, node: Node, op: Op, constants: set[str]) -> list[Node] | None:
+        """dequantize(x), dequantize(int8 weight), bias -> conv/linear [-> act] -> quantize."""
+        x, weight, bias = (*node.args, None)[:3]
+        if not (_is(weight, DQ) or _is(weight, DQ_CHANNEL)):
+            raise NotImplementedError(
+                f"CoursePartitioner delegates int8 convs and linears only; node {node.name!r} "
+                "has a float weight (a layer the quantizer left in float): use "
+                "XnnpackPartitioner, which also delegates float layers"
+            )
+        if not _is(x, DQ) or weight.args[0].name not in constants:
+            return None  # a float input; or a computed weight (XNNPACK packs constants only)
+        deps = [x, weight, *weight.all_input_nodes]  # int8 weight (and per-channel qparams)
+        if bias is not None:
+            if bias.name not in constants:
+                return None
+            deps.append(bias)
+        output = self._output_quantize(node, op)
+        return None if output is None else [node, *deps, *output]
+
+    def _output_quantize(self, node: Node, op: Op) -> list[Node] | None:
+        """[fused activation,] quantize after ``node``, or None if the int8 pattern ends here."""
+        if len(node.users) != 1:
+            return None
+        (user,) = node.users
+        taken = []
+        if user.op == "call_function" and op_name(user.target) in op.fused:
+            taken.append(user)
+            if len(user.users) == 1:
+                (user,) = user.users
+        return [*taken, user] if _is(user, Q) else None
+
+    def _int8_pattern(self, node: Node, op: Op) -> list[Node]:
+        """The dequantized inputs and output quantize of an int8 op, or [] to run it alone."""
+        if not op.int8 or not all(_is(n, DQ) for n in node.all_input_nodes):
+            return []
+        output = self._output_quantize(node, op)
+        return [] if output is None else [*node.all_input_nodes, *output]
+
+
+def _merge(matches: list[list[Node]], constants: set[str]) -> list[list[Node]]:
+    """Merge matches that share a node; a constant already in a group is left out of the next
+    (ExecuTorch copies a constant into every partition that reads it)."""
+    parent: dict[Node, Node] = {}
+
+    def root(node: Node) -> Node:
+        while parent[node] is not node:
+            node = parent[node]
+        return node
+
+    for match in matches:
+        members = [n for n in match if not (n.name in constants and n in parent)]
+        for node in members:
+            parent.setdefault(node, node)
+        for node in members[1:]:
+            parent[root(members[0])] = root(node)
+    groups: dict[Node, list[Node]] = {}
+    for node in parent:
+        groups.setdefault(root(node), []).append(node)
+    return list(groups.values())
+
+
+def xnnpack_quantizer(*, per_channel: bool = True):
+    """``XNNPACKQuantizer`` with ExecuTorch's symmetric int8 config (static activations).
+
+    Args:
+        per_channel: one weight scale per output channel (the default) or per tensor.
+
+    Returns:
+        XNNPACKQuantizer: a quantizer to pass to ``prepare_pt2e``.
+    """
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+
+    config = get_symmetric_quantization_config(is_per_channel=per_channel)
+    return XNNPACKQuantizer().set_global(config)
+
+
+def lower(model: GraphModule, example_inputs: tuple, *, partitioner=None):
+    """Export a quantized ``GraphModule`` and lower it with ``to_edge_transform_and_lower``.
+
+    Args:
+        model: the ``GraphModule`` ``convert_pt2e`` returned.
+        example_inputs: a tuple of inputs to export it with.
+        partitioner: the partitioner, by default a new :class:`CoursePartitioner`.
+
+    Returns:
+        EdgeProgramManager: the lowered program (``.exported_program()``,
+        ``.to_executorch()``).
+
+    Raises:
+        TypeError: if ``model`` is an ``ExportedProgram`` (pass ``program.module()``, or give
+            the program to ``to_edge_transform_and_lower`` directly) or not a ``GraphModule``.
+    """
+    from executorch.exir import to_edge_transform_and_lower
+
+    if isinstance(model, ExportedProgram):
+        raise TypeError(
+            "common.edge.lower expects the GraphModule that convert_pt2e returns, got an "
+            "ExportedProgram; pass program.module(), or give the program itself to "
+            "to_edge_transform_and_lower(program, partitioner=[CoursePartitioner()])"
+        )
+    if not isinstance(model, GraphModule):
+        raise TypeError(
+            f"common.edge.lower expects a GraphModule from convert_pt2e, got {type(model).__name__}"
+        )
+    program = torch.export.export(model, example_inputs)
+    return to_edge_transform_and_lower(program, partitioner=[partitioner or CoursePartitioner()])
+
+
+def delegated(program: ExportedProgram) -> dict[str, list[str]]:
+    """The nodes each ``lowered_module_N`` of a lowered program runs, by their names.
+
+    Args:
+        program: ``edge.exported_program()`` after ``to_edge_transform_and_lower``.
+
+    Returns:
+        dict: ``{"lowered_module_0": ["aten_convolution_default", ...], ...}``, the names of
+        the call_function nodes inside each delegate, in graph order.
+    """
+    result = {}
+    for node in program.graph.nodes:
+        if node.op == "get_attr" and node.target.startswith("lowered_module_"):
+            inner = getattr(program.graph_module, node.target).original_module
+            result[node.target] = [n.name for n in inner.graph.nodes if n.op == "call_function"]
+    return result

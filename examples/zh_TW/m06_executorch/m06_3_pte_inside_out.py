@@ -1,0 +1,387 @@
+"""
+M06-3 由內而外看 .pte
+=====================
+
+``to_executorch()`` 的終點是一個 ``.pte`` 檔：手機 app 唯一要載入的東西。本課用 ExecuTorch
+自己的讀取器打開它，在它的位元組裡找回它出身的那張圖：一個只有三道指令的執行計畫、一個
+portable 運算子、兩份 XNNPACK 酬載，以及 int8 的 weight。接著在 ExecuTorch 執行環境上執行
+這個檔案，量測它的輸出離 q/dq 模型多遠、差距從哪裡來（用 ExecuTorch 的 devtools），以及
+和浮點數、x86 int8 模型相比它有多快、多小。
+
+**你會學到**
+
+- ``.pte`` 裡有什麼，每個部分如何對應回圖
+- 如何用 ``executorch.runtime.Runtime`` 執行它，並和 q/dq 模型比較
+- 如何用 ETDump 與 Inspector 找出數值在哪裡分岔
+
+**先備知識**：
+:ref:`M06-2 · 下放到 ExecuTorch
+<sphx_glr_lessons_m06_executorch_m06_2_lowering_to_executorch.py>`、
+:ref:`M03-3 · 量測速度與大小
+<sphx_glr_lessons_m03_lowering_m03_3_speed_and_size.py>`。
+"""
+
+# SPDX-License-Identifier: BSD-3-Clause
+# sphinx_gallery_thumbnail_number = 2
+
+# %%
+# 準備
+# ----
+# ``conv_net`` （四層 64～128 通道的 3×3 conv，輸入 28×28 影像，平均 pool 到 7×7，再接兩層
+# linear），用 ``XNNPACKQuantizer`` 量化，並用四批資料校準。
+
+import contextlib
+import hashlib
+import io
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import torch
+
+import common
+from common.charts import use_course_style
+from common.models import example_inputs, get_model, input_shape
+from common.pt2e import export_module, quiet, x86_quantizer
+from common.timing import compare_speed, timing_threads
+from common.viz import draw
+
+quiet()
+use_course_style()
+# inductor 的 int8 lowering 複製 zero point 張量的方式，會觸發 torch 自己的警告（M03-3）。
+warnings.filterwarnings("ignore", message="To copy construct from a tensor", category=UserWarning)
+
+from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+    XNNPACKQuantizer,
+    get_symmetric_quantization_config,
+)
+from executorch.devtools import Inspector
+from executorch.exir import to_edge_transform_and_lower
+from executorch.exir._serialize._flatbuffer_program import _flatbuffer_to_program
+from executorch.exir._serialize._program import _get_extended_header
+from executorch.extension.pybindings import portable_lib
+from executorch.runtime import Runtime
+from executorch.version import __version__ as executorch_version
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+qd = torch.ops.quantized_decomposed
+BATCH, SHAPE = 2, input_shape("conv_net")
+x = example_inputs(BATCH, shape=SHAPE)
+float_model = export_module(get_model("conv_net"), x)
+
+
+def quantized(quantizer):
+    prepared = prepare_pt2e(export_module(get_model("conv_net"), x), quantizer)
+    with torch.no_grad():
+        for seed in range(4):
+            prepared(*example_inputs(BATCH, seed=seed, shape=SHAPE))
+    return convert_pt2e(prepared)
+
+
+# XNNPACK 的 thread pool 和 torch 一樣，設成計時用的執行緒數量（步驟 6）。載入方法之後再重設並不
+# 安全（名稱裡的 unsafe 就是這個意思）：所以最先做。
+with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+    warnings.filterwarnings("ignore", message="This API is experimental")
+    portable_lib._unsafe_reset_threadpool(timing_threads())
+
+xnnpack_config = get_symmetric_quantization_config(is_per_channel=True)
+qdq_model = quantized(XNNPACKQuantizer().set_global(xnnpack_config))
+
+# %%
+# ``lowered`` 做的就是 M06-2 做過的事——以 ``XnnpackPartitioner`` 呼叫
+# ``to_edge_transform_and_lower`` ，再呼叫 ``to_executorch()`` ——另外還要求一份 **ETRecord**
+# （ ``generate_etrecord=True`` ），也就是步驟 5 的 devtools 拿來比較的那些圖的紀錄。下放要花
+# 好幾秒，所以 ``.pte`` 與 ETRecord 存放在 ``build/cache/`` ，檔名由產生它們的所有東西組成。
+
+CACHE = Path(common.__file__).resolve().parents[1] / "build" / "cache"
+
+
+def cache_key(model) -> str:
+    digest = hashlib.sha256(f"{torch.__version__} {executorch_version}".encode())
+    digest.update(model.code.encode())
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode() + tensor.contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def lowered(model) -> tuple[bytes, Path]:
+    folder = CACHE / f"m06_3-conv_net-{cache_key(model)}"
+    if not folder.exists():
+        exported = torch.export.export(model, x)
+        xnnpack = [XnnpackPartitioner()]
+        edge = to_edge_transform_and_lower(exported, partitioner=xnnpack, generate_etrecord=True)
+        program = edge.to_executorch()
+        record = program.get_etrecord()
+        record.update_representative_inputs([x])
+        CACHE.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=CACHE))  # 另一個行程可能同時在寫
+        record.save(str(staging / "etrecord.bin"))
+        (staging / "model.pte").write_bytes(program.buffer)
+        try:
+            staging.rename(folder)
+        except OSError:  # 它先寫完了：用它的
+            shutil.rmtree(staging)
+    return (folder / "model.pte").read_bytes(), folder / "etrecord.bin"
+
+
+pte_bytes, etrecord_path = lowered(qdq_model)
+print(f".pte：{len(pte_bytes):,} 位元組")
+
+# %%
+# 步驟 1 — 檔案的配置
+# -------------------
+# ``.pte`` 是一個 FlatBuffer（ ``executorch/schema/program.fbs`` 的 ``Program`` ），後面接著
+# **區段** （segment）：程式所指向的、對齊過的原始位元組範圍。FlatBuffer 前 8 個位元組之後的
+# 延伸標頭，記錄每個部分從哪裡開始。ExecuTorch 的序列化程式用 ``_get_extended_header`` 與
+# ``_flatbuffer_to_program`` 讀它（私有名稱：檔案格式是公開的，它的 Python 讀取器不是）。
+
+header = _get_extended_header(pte_bytes)
+program = _flatbuffer_to_program(pte_bytes[: header.program_size])
+plan = program.execution_plan[0]
+print(f"magic {pte_bytes[4:8]!r} / header {header.magic!r}")
+print(f"FlatBuffer 程式：位元組 0–{header.program_size:,}")
+print(f"區段：             位元組 {header.segment_base_offset:,}–{len(pte_bytes):,}")
+assert header.segment_base_offset + header.segment_data_size == len(pte_bytes), "沒有其他東西"
+assert [p.name for p in program.execution_plan] == ["forward"], "只有一個方法：forward"
+
+# %%
+# 步驟 2 — 執行計畫
+# -----------------
+# ``forward`` 是一份 **值** 的清單（這個方法用到的每個張量、整數與串列），加上一條依索引
+# 讀寫這些值的 **指令鏈** （chain）。指令就是 M06-2 的圖所說的：一次 delegate 呼叫、唯一的
+# portable 核心程式、再一次 delegate 呼叫。在 q/dq 圖裡，這個 portable 核心程式就是平均 pool
+# （標示處）：它之前的 conv 進了一個 delegate，之後的 linear 進了另一個。
+
+for instruction in plan.chains[0].instructions:
+    call = instruction.instr_args
+    if type(call).__name__ == "KernelCall":
+        op = plan.operators[call.op_index]
+        print(f"KernelCall   {op.name}.{op.overload}  值 {call.args}")
+    else:
+        print(f"DelegateCall {plan.delegates[call.delegate_index].id}  值 {call.args}")
+kinds = [type(i.instr_args).__name__ for i in plan.chains[0].instructions]
+assert kinds == ["DelegateCall", "KernelCall", "DelegateCall"], "conv | pool | linear"
+assert [(o.name, o.overload) for o in plan.operators] == [("aten::_adaptive_avg_pool2d", "out")]
+pools = qdq_model.graph.find_nodes(
+    op="call_function", target=torch.ops.aten.adaptive_avg_pool2d.default
+)
+assert len(pools) == 1, "圖中唯一的平均 pool 就是唯一的 portable 核心程式"
+draw(qdq_model, highlight=[n.name for n in pools], title="conv_net：portable 核心程式")
+
+# %%
+# 方法的輸入與輸出也是值，形狀和匯出的圖相同；而 ``non_const_buffer_sizes`` 是記憶體規劃
+# （M06-2）為指令之間每個張量算出的記憶體區（arena）。從第一個 delegate 傳到 pool 的張量中最大
+# 的，是最後一層 conv 的浮點數輸出：2 × 128 × 28 × 28 × 4 位元組。
+
+inputs = [plan.values[i].val.sizes for i in plan.inputs]
+outputs = [plan.values[i].val.sizes for i in plan.outputs]
+arena = plan.non_const_buffer_sizes[1]
+print(f"輸入 {inputs}，輸出 {outputs}，規劃的記憶體區 {arena:,} 位元組")
+assert inputs == [list(x[0].shape)] and outputs == [[BATCH, 10]], "匯出時的形狀"
+assert arena >= BATCH * 128 * 28 * 28 * 4, "pool 讀取的 conv 輸出放得進記憶體區"
+
+# %%
+# 步驟 3 — delegate 酬載與 weight
+# -------------------------------
+# 每個 delegate 是一個 id（ ``XnnpackBackend`` ）加上一個指向區段的參照：那就是酬載
+# （payload），一張以 XNNPACK 自己的 FlatBuffer 寫成的圖，後端在載入方法時編譯它。weight
+# 不在酬載裡：XNNPACK 把它們存成 **named data** ，也就是帶有鍵的區段，讓兩個方法或 delegate
+# 可以共用同一份。
+
+segments = [pte_bytes[header.segment_base_offset + s.offset :][: s.size] for s in program.segments]
+payloads = {d.processed.index: d.id for d in plan.delegates}
+named = {entry.segment_index: entry.key for entry in program.named_data}
+for index, segment in enumerate(segments):
+    role = payloads.get(index) or ("named data" if index in named else "常數區段")
+    print(f"區段 {index:2}  {len(segment):>9,} 位元組  {role}")
+assert all(segments[i][4:8] == b"XH00" for i in payloads), "XNNPACK 酬載以 XH00 開頭"
+
+# %%
+# 最大的幾筆 named data 正好是 q/dq 圖的 int8 weight（每個 weight 一個位元組）；小的是逐通道
+# 的 scale 與 bias。 **常數區段** 是 portable 核心程式找常數的地方，這裡是空的：沒有任何
+# portable 運算讀取 weight。
+
+weights = sorted(t.numel() for n, t in qdq_model.named_buffers() if n.startswith("_frozen"))
+named_sizes = sorted(len(segments[i]) for i in named)
+print(f"int8 weight {weights}\n最大的 named data {named_sizes[-len(weights) :]}")
+assert named_sizes[-len(weights) :] == weights, "就是 weight，每個一位元組"
+assert len(segments[program.constant_segment.segment_index]) == 0, "沒有 portable 常數"
+
+# %%
+# 步驟 4 — 在 ExecuTorch 執行環境上執行
+# -------------------------------------
+# ``Runtime.get().load_program(...)`` 解析檔案； ``load_method`` 讓 XNNPACK 編譯它的酬載；
+# ``execute`` 執行指令鏈。（執行環境第一次使用時，會把它讀到的 CPU 資訊記錄到 stderr；
+# ``redirect_stderr`` 讓這些訊息不出現在頁面上。）
+
+with contextlib.redirect_stderr(io.StringIO()):
+    forward = Runtime.get().load_program(pte_bytes).load_method("forward")
+out = forward.execute([x[0]])[0]
+expected = qdq_model(*x)
+last_q = [n for n in qdq_model.graph.nodes if n.target == qd.quantize_per_tensor.default][-1]
+step = last_q.args[1]  # 模型 int8 輸出的 scale
+
+
+def sqnr(reference, value) -> float:
+    return (20 * torch.log10(reference.norm() / (reference - value).norm())).item()
+
+
+steps_off = ((out - expected).abs() / step).round()
+print(f"輸出相差最多 {steps_off.max():.0f} 級，{(steps_off > 0).float().mean():.1%} 的值不同")
+print(f"相對於 q/dq 模型的 SQNR：{sqnr(expected, out):.1f} dB")
+
+# %%
+# 輸出並不 ``torch.equal`` ，也不該期待它們相等：XNNPACK 把 int8 乘 int8 累加到 int32，再用
+# 它自己的定點數捨入把每一層的和 **重新量化** 成 int8；q/dq 圖則是用浮點數算完一層，只捨入
+# 一次。落在捨入邊界附近的值會差一級，而一層差一級，會讓下一層的和稍微移動：兩個輸出級數
+# 與 40 dB 的界限，留有充分的餘裕。
+
+assert steps_off.max() <= 2, "和 q/dq 模型最多差兩個輸出級數"
+assert sqnr(expected, out) > 40, "比 int8 與浮點數的差距小得多"
+
+# %%
+# 步驟 5 — 數值在哪裡分岔：ETDump 與 Inspector
+# --------------------------------------------
+# PyPI 上的執行環境建置時就含有 event tracer，所以能記錄 **ETDump** ：以
+# ``enable_etdump=True`` 加上一塊 debug buffer 載入程式，執行一次，寫出紀錄。 ``Inspector``
+# 把紀錄和 ETRecord 接在一起，在 Python 裡以相同的輸入執行紀錄下來的圖，
+# ``calculate_numeric_gap`` 再把執行環境記下的每個輸出和它在圖中的對應比較。
+
+with contextlib.redirect_stderr(io.StringIO()):
+    traced = Runtime.get().load_program(pte_bytes, enable_etdump=True, debug_buffer_size=1 << 21)
+    traced.load_method("forward").execute([x[0]])
+dump, buffer = [Path(tempfile.mkdtemp()) / name for name in ("run.etdp", "run.bin")]
+traced.write_etdump_result_to_file(str(dump), str(buffer))
+with warnings.catch_warnings():
+    # Inspector 自己的提示：它不記錄的 kwargs、從位元組讀出的張量。
+    warnings.filterwarnings("ignore", message="Unsupported kwarg encountered")
+    warnings.filterwarnings("ignore", message="The given buffer is not writable")
+    inspector = Inspector(
+        etdump_path=str(dump), etrecord=str(etrecord_path), debug_buffer_path=str(buffer)
+    )
+    gaps = inspector.calculate_numeric_gap("SNR")
+for _, row in gaps.iterrows():
+    print(f"{' + '.join(row['runtime_ops']):52} SNR {row['gap'][0]:5.1f} dB")
+
+# %%
+# 執行環境每次 delegate 呼叫只記錄一個輸出，而不是每一層：在 delegate 裡面，XNNPACK 執行
+# 它自己的圖，event tracer 只看得到出來的結果。所以 Inspector 告訴我們的是差距來自「哪一個
+# delegate」。這裡差距產生在第一個，也就是四層 conv；接著平均 pool 把 128 × 28 × 28 特徵圖上
+# 一級的差異平均掉，最後一列的 SNR 就是最終輸出的 SNR。
+
+first, last = gaps["gap"].iloc[0][0], gaps["gap"].iloc[-1][0]
+assert list(gaps["runtime_ops"].iloc[0]) == ["DELEGATE_CALL"], "第一列：conv 的 delegate"
+assert abs(last - sqnr(expected, out)) < 0.5, "最後一列是輸出相對於 q/dq 模型的差距"
+
+# %%
+# 步驟 6 — 速度
+# -------------
+# 在這顆 CPU 上以三種方式執行 int8 或浮點數，用單一執行緒、交錯輪流計時（XNNPACK 的
+# thread pool 也設成相同的數量）：浮點數 eager、以 freezing 編譯的 x86 int8 模型（M03-3），
+# 以及在 ExecuTorch 執行環境上的 ``.pte`` 。XNNPACK 最先是為 ARM 寫的；在 x86 上它使用 AVX2
+# 或 AVX-512 核心程式，CPU 有 VNNI 時也會用上，和 oneDNN 一樣。表格下方的 CPU 那一行說明
+# 這台機器屬於哪一種。
+
+x86_model = quantized(x86_quantizer())
+with torch._inductor.config.patch(freezing=True), torch.no_grad():
+    x86_compiled = torch.compile(x86_model)
+    x86_compiled(*x)
+timings = compare_speed(
+    {
+        "fp32 eager": float_model,
+        "x86 int8, compile + freezing": x86_compiled,
+        "ExecuTorch XNNPACK int8": lambda image: forward.execute([image])[0],
+    },
+    x,
+)
+print(timings.table())
+
+# %%
+# 步驟 7 — 大小
+# -------------
+# 浮點數程式與 q/dq 程式（int8 weight，和 M03-3 相同）的 ``torch.export.save`` ，以及
+# ``.pte`` ：三者的大小都由 weight 決定。
+
+
+def saved_bytes(model) -> int:
+    buffer = io.BytesIO()
+    lean = torch.fx.GraphModule(model, model.graph)  # 只留圖會讀的東西（M03-3）
+    torch.export.save(torch.export.export(lean, x), buffer)
+    return buffer.getbuffer().nbytes
+
+
+sizes = {
+    "fp32, torch.export.save": saved_bytes(float_model),
+    "int8 q/dq, torch.export.save": saved_bytes(qdq_model),
+    "int8, .pte": len(pte_bytes),
+}
+fig, ax = plt.subplots(figsize=(6.4, 2.4))
+ax.barh(list(sizes), [s / 1e3 for s in sizes.values()], color=["#94a3b8", "#2563eb", "#16a34a"])
+ax.invert_yaxis()
+ax.set_xlabel("kB")
+ax.set_title("conv_net 存檔大小")
+fig.tight_layout()
+for name, size in sizes.items():
+    print(f"{name:30} {size / 1e3:8.0f} kB")
+assert sizes["int8, .pte"] < 0.3 * sizes["fp32, torch.export.save"], "四分之一，再加上 scale"
+
+# %%
+# 總結
+# ----
+# - ``.pte`` 是一個 FlatBuffer 程式（執行計畫、運算子、delegate）加上區段：XNNPACK 酬載，
+#   以及存成 named data 的 weight，每個 int8 weight 一個位元組。
+# - ``Runtime`` 在 Python 裡執行它；因為 XNNPACK 以整數重新量化，它的輸出和 q/dq 模型相差
+#   不超過兩個輸出級數。
+# - ETDump 與 Inspector 以每次 delegate 呼叫為單位找出數值差距，看不到 delegate 內部。
+#
+# 練習
+# ----
+# 1. 第一道指令讀的是哪個值，最後一道指令寫的是哪個值？先從 ``plan.inputs`` 與
+#    ``plan.outputs`` 預測，再檢查。
+#
+#    .. dropdown:: 解答
+#
+#       .. code-block:: python
+#
+#          chain = plan.chains[0].instructions
+#          assert chain[0].instr_args.args[0] == plan.inputs[0], "影像"
+#          assert chain[-1].instr_args.args[-1] == plan.outputs[0], "logits"
+#
+# 2. 預測 int8 weight 佔 ``.pte`` 的多少比例。
+#
+#    .. dropdown:: 解答
+#
+#       .. code-block:: python
+#
+#          share = sum(weights) / len(pte_bytes)
+#          print(f"{share:.1%}")
+#          assert share > 0.95, "其餘只是幾 kB 的程式、酬載、scale 與 bias"
+#
+# 3. 用一批三張影像執行 ``forward`` 。預測：執行環境會接受嗎？
+#
+#    .. dropdown:: 解答
+#
+#       .. code-block:: python
+#
+#          from common.expect import expect_error
+#
+#          with expect_error(RuntimeError), contextlib.redirect_stderr(io.StringIO()):
+#              forward.execute([example_inputs(3, shape=SHAPE)[0]])
+#          # 形狀在匯出時就固定了，記憶體區也是照它們規劃的：要接受其他 batch 大小，
+#          # 匯出時請加上 dynamic_shapes。
+#
+# 延伸閱讀
+# --------
+# - `ExecuTorch：Runtime Python API
+#   <https://docs.pytorch.org/executorch/stable/runtime-python-api-reference.html>`_
+# - `ExecuTorch：Inspector APIs
+#   <https://docs.pytorch.org/executorch/stable/model-inspector.html>`_
+#
+# 下一課
+# ------
+# M06 到此結束。網站首頁的課程地圖列出了所有模組；
+# :ref:`M04-1 · 量測誤差 <sphx_glr_lessons_m04_accuracy_m04_1_measuring_the_error.py>`
+# 談的是這些數字中浮點數與 int8 之間的那一面。

@@ -46,8 +46,8 @@ def quantize_nodes(gm) -> int:
 
 
 # %%
-# ModuleNotFoundError: No module named 'torch.ao.quantization.quantize_pt2e'
-# ---------------------------------------------------------------------------
+# ModuleNotFoundError: No module named \'torch.ao.quantization.quantize_pt2e\'
+# ----------------------------------------------------------------------------
 # Older code and tutorials import the PT2E entry points from ``torch.ao``. They moved
 # to torchao, and torch 2.13 no longer has the module.
 
@@ -67,8 +67,8 @@ calibrate(prepared)
 assert quantize_nodes(convert_pt2e(prepared)) > 0, "torchao's prepare/convert quantize the conv"
 
 # %%
-# ModuleNotFoundError: No module named 'torch.ao.quantization.quantizer'
-# ----------------------------------------------------------------------
+# ModuleNotFoundError: No module named \'torch.ao.quantization.quantizer\'
+# ------------------------------------------------------------------------
 # The quantizers moved too: ``torch.ao.quantization.quantizer.x86_inductor_quantizer`` is gone.
 # Old code that still finds a ``torch.ao`` quantizer (an older torch in another environment)
 # mixes two copies of the PT2E classes; torchao's ``prepare_pt2e`` only understands its own.
@@ -97,8 +97,8 @@ assert type(quantizer).__module__.startswith("torchao."), "the quantizer is torc
 # ----------------------------------------------
 # The graph was exported (or calibrated) with batches of 8 and is then called with 4.
 # ``torch.export`` specialises every dimension it is not told is dynamic, and the
-# ``_guards_fn`` node at the top of ``.module()`` checks the input before anything runs —
-# in the exported graph, in the prepared one, and in the converted one.
+# ``_guards_fn`` node at the top of ``.module()`` checks the input before anything runs — in
+# the exported graph and, as here, in the prepared one that ``calibrate`` feeds.
 
 fixed = prepare_pt2e(export_module(get_model("small_cnn"), x), x86_quantizer())
 calibrate(fixed)
@@ -118,8 +118,8 @@ converted = convert_pt2e(dynamic)
 assert converted(*example_inputs(4)).shape == (4, 10), "batch 4 runs after calibrating on 8"
 
 # %%
-# KeyError: 'source_fn_stack'
-# ---------------------------
+# KeyError: \'source_fn_stack\'
+# -----------------------------
 # Code that reads ``node.meta["source_fn_stack"]`` (older quantizers, pattern matchers,
 # ``get_source_partitions``) finds nothing: ``torch.export.export`` traces
 # **non-strict** by default (``strict=False``), which does not record ``source_fn_stack``.

@@ -91,8 +91,8 @@ print(
 )
 
 # %%
-# RuntimeError: view size is not compatible with input tensor's size and stride
-# -----------------------------------------------------------------------------
+# RuntimeError: view size is not compatible with input tensor\'s size and stride
+# ------------------------------------------------------------------------------
 # A graph lowered by ``lower_pt2e_quantized_to_x86`` fails when run eagerly, if a ``flatten``
 # follows an int8 conv (torchao 0.18). The message goes on: "(at least one dimension spans
 # across two contiguous subspaces). Use .reshape(...) instead."

@@ -44,8 +44,8 @@ def quantize_nodes(gm) -> int:
 
 
 # %%
-# ModuleNotFoundError: No module named 'torch.ao.quantization.quantize_pt2e'
-# ---------------------------------------------------------------------------
+# ModuleNotFoundError: No module named \'torch.ao.quantization.quantize_pt2e\'
+# ----------------------------------------------------------------------------
 # 舊的程式碼與教學從 ``torch.ao`` 匯入 PT2E 的函式。它們已經搬到 torchao，torch 2.13
 # 不再有這個模組。
 
@@ -64,8 +64,8 @@ calibrate(prepared)
 assert quantize_nodes(convert_pt2e(prepared)) > 0, "torchao 的 prepare／convert 量化了 conv"
 
 # %%
-# ModuleNotFoundError: No module named 'torch.ao.quantization.quantizer'
-# ----------------------------------------------------------------------
+# ModuleNotFoundError: No module named \'torch.ao.quantization.quantizer\'
+# ------------------------------------------------------------------------
 # quantizer 也搬家了：``torch.ao.quantization.quantizer.x86_inductor_quantizer`` 已經不存在。
 # 若舊程式碼還找得到 ``torch.ao`` 的 quantizer（另一個環境裡較舊的 torch），就會混用兩套 PT2E
 # 類別；torchao 的 ``prepare_pt2e`` 只認得自己的。
@@ -93,7 +93,7 @@ assert type(quantizer).__module__.startswith("torchao."), "quantizer 來自 torc
 # ----------------------------------------------
 # 圖以批次大小 8 匯出（或校準），之後卻用 4 呼叫。``torch.export`` 會把沒有宣告為動態的
 # 每個維度固定下來，``.module()`` 最前面的 ``_guards_fn`` node 在任何運算之前先檢查輸入——
-# 匯出的圖、prepare 後的圖、convert 後的圖都一樣。
+# 匯出的圖如此，這裡 ``calibrate`` 餵資料的 prepare 後的圖也一樣。
 
 fixed = prepare_pt2e(export_module(get_model("small_cnn"), x), x86_quantizer())
 calibrate(fixed)
@@ -112,8 +112,8 @@ converted = convert_pt2e(dynamic)
 assert converted(*example_inputs(4)).shape == (4, 10), "以 8 校準後，批次 4 也能執行"
 
 # %%
-# KeyError: 'source_fn_stack'
-# ---------------------------
+# KeyError: \'source_fn_stack\'
+# -----------------------------
 # 讀取 ``node.meta["source_fn_stack"]`` 的程式碼（較舊的 quantizer、pattern 比對、
 # ``get_source_partitions`` ）什麼都找不到：``torch.export.export`` 預設以 **non-strict**
 # 方式追蹤（``strict=False`` ），而它不記錄 ``source_fn_stack`` 。

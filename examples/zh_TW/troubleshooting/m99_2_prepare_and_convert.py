@@ -274,7 +274,7 @@ with expect_error(RuntimeError, match="references nonexistent attribute shared")
     constant_fold(two_reads_of_one_buffer())
 
 # %%
-# **修正**（在 torchao 修好之前）：摺疊之前讓圖對每個屬性只讀一次（把每個重複的 ``get_attr``
+# **修正** （在 torchao 修好之前）：摺疊之前讓圖對每個屬性只讀一次（把每個重複的 ``get_attr``
 # 的使用者改接到第一個）。說明見
 # :ref:`M00-4 · 改圖 <sphx_glr_lessons_m00_graphs_m00_4_graph_surgery.py>`。
 

@@ -88,8 +88,8 @@ print(
 )
 
 # %%
-# RuntimeError: view size is not compatible with input tensor's size and stride
-# -----------------------------------------------------------------------------
+# RuntimeError: view size is not compatible with input tensor\'s size and stride
+# ------------------------------------------------------------------------------
 # 以 ``lower_pt2e_quantized_to_x86`` lowering 的圖，若 int8 conv 之後接著 ``flatten`` ，
 # 不編譯直接執行就會失敗（torchao 0.18）。訊息後半是：「(at least one dimension spans
 # across two contiguous subspaces). Use .reshape(...) instead.」

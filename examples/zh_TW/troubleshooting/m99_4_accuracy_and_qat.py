@@ -85,7 +85,7 @@ draw(exported, highlight=[bn.name], title="move_exported_model_to_eval 之後的
 assert bn.args[6:8] == (0.1, 1e-5) and drift > 1e-4, "是預設值，不是模型的值"
 
 # %%
-# **修正**（在 torchao 保留它們之前）：把模型的值寫回 node 的引數（若再把模型切回訓練，
+# **修正** （在 torchao 保留它們之前）：把模型的值寫回 node 的引數（若再把模型切回訓練，
 # ``momentum`` 又會有作用）。說明見
 # :ref:`M04-3 · 量化感知訓練 <sphx_glr_lessons_m04_accuracy_m04_3_qat.py>`。
 
@@ -206,9 +206,11 @@ for path, diffs in (("AVX2，無 VNNI", avx2["result"]), ("這顆 CPU", here["re
     print(f"{path:14} 最大 |lowering 後 - 模擬|：", {k: f"{v:.4f}" for k, v in diffs.items()})
 print("這顆 CPU：", "不會飽和（有 VNNI）" if describe().vnni else "可能飽和（沒有 VNNI）")
 assert avx2["result"]["8-bit"] > 10 * avx2["result"]["7-bit (reduce_range)"], "AVX2 會飽和"
+if describe().vnni:
+    assert here["result"]["8-bit"] < 0.01, "有 VNNI：只差在捨入"
 
 # %%
-# **修正**（在沒有 VNNI 的 CPU 上）：``reduce_range=True`` 把活化值量化成 7 位元（0…127），
+# **修正** （在沒有 VNNI 的 CPU 上）：``reduce_range=True`` 把活化值量化成 7 位元（0…127），
 # 任何一對乘積都不會超出 16 位元；lowering 後的模型在每條路徑上都和模擬只差在捨入。說明見
 # :ref:`M03-1 · lowering 之後的圖 <sphx_glr_lessons_m03_lowering_m03_1_lowered_graph.py>` 與
 # :ref:`M04-2 · 修好它 <sphx_glr_lessons_m04_accuracy_m04_2_fixing_it.py>`。

@@ -145,9 +145,13 @@ def torchao_patterns_exported_once():
 
 
 def lessons(lang: str) -> list[Path]:
-    """Lesson scripts of one language, as paths relative to examples/<lang>."""
+    """Lesson scripts of one language, as paths relative to examples/<lang>.
+
+    The quickstart page (``quickstart/quickstart.py``) is run and checked like a lesson.
+    """
     base = EXAMPLES / lang
-    return sorted(p.relative_to(base) for p in base.glob("*/m[0-9][0-9]_*.py"))
+    scripts = [*base.glob("*/m[0-9][0-9]_*.py"), *base.glob("quickstart/quickstart.py")]
+    return sorted(p.relative_to(base) for p in scripts)
 
 
 ALL_LESSONS = sorted({(lang, path) for lang in LANGUAGES for path in lessons(lang)})

@@ -188,7 +188,19 @@ def test_solutions_are_found(tmp_path):
     assert exercise_solutions(lesson) == ["y = 2 * x\nassert y == 2\n"]
 
 
-@pytest.mark.parametrize(("lang", "relative"), ALL_LESSONS, ids=lambda v: str(v))
+# The quickstart (examples/<lang>/quickstart/) runs the whole flow on one page and sends the
+# reader to the lesson behind each step; it teaches no one idea to practise: no exercises.
+# Troubleshooting pages (examples/<lang>/troubleshooting/) are indexes of errors, one entry per
+# message, not lessons that teach one idea: they end without exercises (their entries' asserts
+# are checked by tests/test_troubleshooting.py).
+WITH_EXERCISES = [
+    (lang, path)
+    for lang, path in ALL_LESSONS
+    if path.parts[0] not in ("quickstart", "troubleshooting")
+]
+
+
+@pytest.mark.parametrize(("lang", "relative"), WITH_EXERCISES, ids=lambda v: str(v))
 def test_every_lesson_ends_with_two_or_three_exercises_with_solutions(lang, relative):
     # test_exercise_solutions_pass runs every solution found here, so a lesson passes both
     # only when it has exercises and each of their solutions ran.

@@ -1,0 +1,293 @@
+"""
+M03-4 Shipping an int8 model
+============================
+
+A quantized model in memory is not yet a product. This lesson ships the int8 digits CNN two
+ways: as a program file (``torch.export.save``) that loads back with outputs equal bit for bit
+and is compiled where it runs; and as an **AOTInductor** package (``aoti_compile_and_package``),
+a ``.pt2`` archive of machine code already compiled with the int8 kernels, which runs after
+loading, without torchao and without a compiler. It weighs both, times the loading, and sets
+the threads a server should use.
+
+**What you will learn**
+
+- Saving and loading the converted program, and compiling it after loading
+- Compiling ahead of time with AOTInductor: what is inside the package, what it costs
+- How many threads and processes to serve with
+
+**Prerequisites**:
+:ref:`M03-3 · speed and size <sphx_glr_lessons_m03_lowering_m03_3_speed_and_size.py>`
+(freezing), :ref:`M04-1 · measuring the error
+<sphx_glr_lessons_m04_accuracy_m04_1_measuring_the_error.py>` (the digits CNN).
+``torch.compile`` and AOTInductor need a C++ compiler (``g++``).
+"""
+
+# SPDX-License-Identifier: BSD-3-Clause
+# sphinx_gallery_thumbnail_number = 1
+
+# %%
+# Setup
+# -----
+# The digits CNN of M04, quantized with ``X86InductorQuantizer``'s defaults and calibrated on
+# the 200 calibration images, exactly as on the quickstart page.
+
+import hashlib
+import os
+import re
+import tempfile
+import time
+import warnings
+import zipfile
+from pathlib import Path
+
+import torch
+from torch._dynamo.utils import counters
+
+import common
+from common.cpu import describe
+from common.data import accuracy, digits, export_digits_model, train_digits_cnn
+from common.pt2e import quiet, x86_quantizer
+from common.timing import compare_speed
+from common.viz import draw
+
+quiet()
+# inductor's int8 lowering copies a zero-point tensor in a way torch itself warns about.
+warnings.filterwarnings("ignore", message="To copy construct from a tensor", category=UserWarning)
+
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+images, labels = digits("test")
+prepared = prepare_pt2e(export_digits_model(train_digits_cnn()), x86_quantizer())
+with torch.no_grad():
+    prepared(digits("calibration")[0])
+int8_model = convert_pt2e(prepared)
+folder = Path(tempfile.mkdtemp())  # where this lesson writes its files
+
+# %%
+# Step 1 — Save and load the program
+# ----------------------------------
+# ``torch.export.save`` writes an ``ExportedProgram``: the graph, its weights and an example
+# input, in one zip file. The converted model is exported again first, with a dynamic batch
+# dimension, so the saved program accepts any number of images. ``torch.export.load`` gives
+# back a program whose outputs are **equal bit for bit** to the model's: the same graph, the
+# same int8 weights, the same float kernels. (As in M03-3, a fresh ``GraphModule`` leaves
+# behind the float weights that convert keeps on the submodules, unused.)
+
+lean, batch = torch.fx.GraphModule(int8_model, int8_model.graph), torch.export.Dim("batch")
+program = torch.export.export(lean, (images[:2].clone(),), dynamic_shapes=({0: batch},))
+saved = folder / "digits_int8.pt2"
+torch.export.save(program, saved)
+started = time.perf_counter()
+loaded = torch.export.load(saved)
+load_seconds = time.perf_counter() - started
+print(f"{saved.name}: {saved.stat().st_size / 1e3:.0f} kB, loaded in {load_seconds:.2f} s")
+with torch.no_grad():
+    reference = int8_model(images)
+    assert torch.equal(loaded.module()(images), reference), "loading changes no bit"
+qdq = [n.name for n in loaded.module().graph.nodes if "quantize_per" in str(n.target)]
+draw(loaded.module(), highlight=qdq, title="Loaded from digits_int8.pt2: the same q/dq graph")
+
+# %%
+# Step 2 — Compile the loaded program with freezing
+# -------------------------------------------------
+# The loaded program is still the q/dq simulation (M03-1). On the serving machine it is
+# compiled like any model — with **freezing**, or it stays slow (M03-3). The inductor counters
+# show the int8 patterns firing on the loaded graph as on the original.
+
+counters.clear()
+started = time.perf_counter()
+with torch._inductor.config.patch(freezing=True), torch.no_grad():
+    compiled = torch.compile(loaded.module())
+    compiled_out = compiled(images)
+compile_seconds = time.perf_counter() - started
+packed = counters["inductor"]["qconv_weight_prepack_matcher_count"]
+print(f"compiled in {compile_seconds:.1f} s; {packed} convs packed for oneDNN int8")
+assert packed == 3, "freezing finds the three int8 convs in the loaded program"
+int8_accuracy = accuracy(compiled)
+print(f"compiled int8 accuracy: {int8_accuracy:.1%}; q/dq model: {accuracy(loaded.module()):.1%}")
+assert abs(int8_accuracy - accuracy(loaded.module())) <= 0.01, "real int8 kernels, same answers"
+
+# %%
+# That compile runs on every start of the server, and the serving machine needs a C++
+# compiler for it. **AOTInductor** does it once, ahead of time.
+#
+# Step 3 — Compile ahead of time with AOTInductor
+# -----------------------------------------------
+# ``torch._inductor.aoti_compile_and_package`` takes an ``ExportedProgram``, runs inductor on
+# it — freezing on, so the same int8 patterns fire — compiles the generated C++ into a shared
+# library and packs it, with the prepacked weights, into a ``.pt2`` file.
+# ``torch._inductor.aoti_load_package`` loads it back as a callable.
+#
+# Two things follow from "machine code". The package is compiled for the input shapes of the
+# program it was given: here, a batch of 500 images (exercise 2 shows what another batch
+# does). And it is built for one PyTorch version and one CPU's instruction set: keep
+# the package keyed by what produced it: the graph's code, the weights, the input shape, the
+# PyTorch version and the CPU's kernel path (the saved file makes no key: its bytes change
+# from one run to the next). ``packaged`` compiles only when that key is new, so rebuilding
+# this page does not recompile.
+
+# A source checkout keeps packages in build/cache/; an installed course in a temporary folder.
+CHECKOUT = Path(common.__file__).resolve().parents[1]
+CACHE = CHECKOUT / "build" / "cache" if (CHECKOUT / "pyproject.toml").exists() else folder
+
+
+def packaged(program) -> Path:
+    """The AOTInductor package of ``program``, compiled with freezing unless already cached."""
+    key = hashlib.sha256(program.graph_module.code.encode())  # what the program computes,
+    for name, value in sorted({**program.state_dict, **program.constants}.items()):
+        key.update(name.encode() + value.detach().contiguous().numpy().tobytes())  # with what,
+    key.update(f"{tuple(images.shape)} {torch.__version__} {describe().kernel_path}".encode())
+    path = CACHE / f"digits_int8_aoti-{key.hexdigest()[:16]}.pt2"
+    if not path.exists():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.stem}-{os.getpid()}.pt2")  # the other language may build too
+        with torch.no_grad():
+            torch._inductor.aoti_compile_and_package(
+                program, package_path=str(tmp), inductor_configs={"freezing": True}
+            )
+        tmp.replace(path)
+    return path
+
+
+# %%
+# The program for the package has a fixed batch of 500 (exported again from the loaded one).
+
+package = packaged(torch.export.export(loaded.module(), (images,)))
+started = time.perf_counter()
+runner = torch._inductor.aoti_load_package(str(package))
+aoti_load_seconds = time.perf_counter() - started
+with torch.no_grad():
+    served = runner(images)
+print(f"{package.name}: {package.stat().st_size / 1e3:.0f} kB, loaded in {aoti_load_seconds:.2f} s")
+assert torch.equal(served, compiled_out), "the same kernels as torch.compile, the same numbers"
+
+# %%
+# What makes the package int8: its generated C++ (in the archive, beside the compiled
+# library) calls oneDNN's int8 conv and linear kernels, each with its fused post-op.
+
+with zipfile.ZipFile(package) as archive:
+    source = "".join(
+        archive.read(name).decode() for name in archive.namelist() if name.endswith("wrapper.cpp")
+    )
+calls = re.findall(r"aoti_torch_cpu__(q\w+_pointwise)_tensor\(.*?\"(\w+)\"", source)
+for kernel, post_op in calls:
+    print(f"{kernel:18} post-op {post_op}")
+assert [k for k, _ in calls] == ["qconv_pointwise"] * 3 + ["qlinear_pointwise"] * 2
+
+# %%
+# Size and loading time side by side. The program file is mostly weights and the graph's
+# description; the package adds the compiled library and the runtime around it, so it is
+# larger — the price of starting without a compiler.
+
+program_kb, package_kb = saved.stat().st_size / 1e3, package.stat().st_size / 1e3
+print(f"{'':24} {'size':>8} {'ready in':>9}")
+print(f"{'program (export.save)':24} {program_kb:5.0f} kB {load_seconds:8.2f} s")
+print(f"{'  + torch.compile':24} {'':8} {load_seconds + compile_seconds:8.2f} s")
+print(f"{'AOTInductor package':24} {package_kb:5.0f} kB {aoti_load_seconds:8.2f} s")
+
+# %%
+# Step 4 — Threads for serving
+# ----------------------------
+# The package runs on PyTorch's intra-op threads: ``torch.set_num_threads(n)`` at the start
+# of the server (or ``OMP_NUM_THREADS=n`` in its environment) sets how many. One request then
+# uses up to ``n`` cores. For throughput, run **one process per core with one thread each**:
+# the processes never wait for each other, where threads of one small request spend much of
+# their time synchronising. Never give all processes together more threads than cores: they
+# would take turns. The timings below (printed, never asserted) compare one thread with all
+# cores for this one small batch; on a shared machine of two cores the second number measures
+# the neighbours as much as the model.
+
+for threads in sorted({1, os.cpu_count() or 1}):
+    timing = compare_speed({"package": runner}, (images,), threads=threads)
+    print(f"{threads} thread(s): median {timing['package'].median:.2f} ms per batch of 500")
+print(timing.header())
+
+# %%
+# .. note::
+#
+#    For phones and microcontrollers the route is ExecuTorch's ``.pte`` file, with its own
+#    int8 quantizer and kernels (XNNPACK): module M06, the edge half of PT2E.
+#
+# Summary
+# -------
+#
+# =========================  ====================================  =====================
+# shipped as                 the serving machine needs             before the first call
+# =========================  ====================================  =====================
+# ``torch.export.save``      PyTorch, torchao (its q/dq ops) and   load, compile with
+#                            a C++ compiler                        freezing
+# AOTInductor ``.pt2``       the same PyTorch version, a CPU       load
+#                            like the one it was built on
+# =========================  ====================================  =====================
+#
+# - ``torch.export.save`` / ``load`` round-trip the converted program bit for bit; compile it
+#   with freezing after loading.
+# - ``aoti_compile_and_package`` compiles once, ahead of time, into a package of machine code
+#   for one input shape, one PyTorch and one CPU; the int8 kernels are in its C++.
+# - Serve with one process per core and one thread each, unless one request must use them all.
+#
+# Exercises
+# ---------
+# 1. In a fresh Python process that imports only torch, as one worker of a server would, load
+#    the saved program, then the package. Predict: which one needs torchao?
+#
+#    .. dropdown:: Solution
+#
+#       .. code-block:: python
+#
+#          import subprocess
+#          import sys
+#
+#
+#          def in_fresh_process(code, **env):
+#              """Run ``code`` in a new Python that imports only torch; return the process."""
+#              command = [sys.executable, "-c", "import sys, torch\n" + code]
+#              environment = {**os.environ, **env}
+#              return subprocess.run(command, env=environment, capture_output=True, text=True)
+#
+#
+#          as_program = in_fresh_process(f"torch.export.load({str(saved)!r})")
+#          print(as_program.stderr.strip().splitlines()[-1])
+#          assert "error when deserializing" in as_program.stderr, "q/dq ops are torchao's"
+#          torch.save(images, folder / "images.pt")
+#          as_package = in_fresh_process(
+#              "torch.set_num_threads(1)\n"  # one process per core, one thread each
+#              f"runner = torch._inductor.aoti_load_package({str(package)!r})\n"
+#              f"out = runner(torch.load({str(folder / 'images.pt')!r}))\n"
+#              f"torch.save(out, {str(folder / 'out.pt')!r})\n"
+#              "assert 'torchao' not in sys.modules\n"
+#          )
+#          assert as_package.returncode == 0, as_package.stderr
+#          assert torch.equal(torch.load(folder / "out.pt"), served), "torch alone, same bits"
+#
+# 2. Call the saved program and the package with 7 images instead of 500. Predict which one
+#    complains.
+#
+#    .. dropdown:: Solution
+#
+#       .. code-block:: python
+#
+#          print(loaded.module()(images[:7]).shape)  # a dynamic batch: any size works
+#          # The package checks its inputs only when AOTI_RUNTIME_CHECK_INPUTS=1; without it
+#          # it reads 500 images' worth of memory. (images[:7] shares the storage of the 500
+#          # images here; a tensor of its own would be read past its end.)
+#          assert runner(images[:7]).shape[0] == 500, "no error, and a wrong answer"
+#          torch.save(images[:7].clone(), folder / "seven.pt")
+#          checked = in_fresh_process(  # from exercise 1
+#              f"runner = torch._inductor.aoti_load_package({str(package)!r})\n"
+#              f"runner(torch.load({str(folder / 'seven.pt')!r}))\n",
+#              AOTI_RUNTIME_CHECK_INPUTS="1",
+#          )
+#          print(checked.stderr.strip().splitlines()[-1])
+#          assert "expected: 500, but got: 7" in checked.stderr, "checked, it refuses"
+#
+# Further reading
+# ---------------
+# - `AOTInductor: ahead-of-time compilation for torch.export-ed models
+#   <https://docs.pytorch.org/docs/stable/torch.compiler_aot_inductor.html>`_
+# - `torch.export.save and load <https://docs.pytorch.org/docs/stable/export.html#serialization>`_
+#
+# Next
+# ----
+# :ref:`M04-1 · measuring the error <sphx_glr_lessons_m04_accuracy_m04_1_measuring_the_error.py>`:
+# is the int8 model still accurate?

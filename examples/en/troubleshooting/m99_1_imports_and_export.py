@@ -1,0 +1,190 @@
+"""
+Troubleshooting: imports and export
+===================================
+
+The errors and silent surprises met before quantization starts: imports that moved from
+``torch.ao`` to torchao, a graph exported for one batch size, and what non-strict export
+(``torch.export``'s default) leaves out of the graph. Each entry is headed by the exact first
+line of the message (or the symptom in a reader's words), reproduces it on this site's stack
+(torch 2.13, torchao 0.18), shows the cause, asserts the fix, and links to the lesson that
+explains it.
+
+**Prerequisites**: none; each entry links to the lesson that explains it.
+"""
+
+# SPDX-License-Identifier: BSD-3-Clause
+# sphinx_gallery_thumbnail_number = 1
+
+# %%
+# Setup
+# -----
+# ``expect_error`` runs a block that must fail and prints the error's type and first line;
+# the page fails to build the day the error stops happening.
+
+import importlib
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from common.expect import expect_error
+from common.models import example_inputs, get_model
+from common.pt2e import calibrate, export_module, quiet, x86_quantizer
+from common.viz import draw
+
+quiet()
+
+x = example_inputs(8)
+
+
+def quantize_nodes(gm) -> int:
+    """How many quantize nodes a converted graph has (0: nothing got quantized)."""
+    return sum(
+        n.target == torch.ops.quantized_decomposed.quantize_per_tensor.default
+        for n in gm.graph.nodes
+    )
+
+
+# %%
+# ModuleNotFoundError: No module named \'torch.ao.quantization.quantize_pt2e\'
+# ----------------------------------------------------------------------------
+# Older code and tutorials import the PT2E entry points from ``torch.ao``. They moved
+# to torchao, and torch 2.13 no longer has the module.
+
+with expect_error(ModuleNotFoundError, match="torch.ao.quantization.quantize_pt2e"):
+    importlib.import_module("torch.ao.quantization.quantize_pt2e")
+
+# %%
+# **Fix**: import them from torchao (``torchao.quantization.pt2e`` does not re-export them;
+# the module ``quantize_pt2e`` does). The same flow then runs. Explained in
+# :ref:`M01-1 · The PT2E flow end to end
+# <sphx_glr_lessons_m01_quantized_graphs_m01_1_pt2e_flow.py>`.
+
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+prepared = prepare_pt2e(export_module(get_model("conv_relu"), x), x86_quantizer())
+calibrate(prepared)
+assert quantize_nodes(convert_pt2e(prepared)) > 0, "torchao's prepare/convert quantize the conv"
+
+# %%
+# ModuleNotFoundError: No module named \'torch.ao.quantization.quantizer\'
+# ------------------------------------------------------------------------
+# The quantizers moved too: ``torch.ao.quantization.quantizer.x86_inductor_quantizer`` is gone.
+# Old code that still finds a ``torch.ao`` quantizer (an older torch in another environment)
+# mixes two copies of the PT2E classes; torchao's ``prepare_pt2e`` only understands its own.
+
+with expect_error(ModuleNotFoundError, match="torch.ao.quantization.quantizer"):
+    importlib.import_module("torch.ao.quantization.quantizer.x86_inductor_quantizer")
+
+# %%
+# **Fix**: take the quantizer, its config and every spec and observer from torchao — all of
+# them (a ``torch.ao`` observer inside a torchao spec quantizes nothing, see
+# :ref:`prepare and convert <sphx_glr_lessons_troubleshooting_m99_2_prepare_and_convert.py>`).
+# Explained in
+# :ref:`M01-1 · The PT2E flow end to end
+# <sphx_glr_lessons_m01_quantized_graphs_m01_1_pt2e_flow.py>`.
+
+from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
+    X86InductorQuantizer,
+    get_default_x86_inductor_quantization_config,
+)
+
+quantizer = X86InductorQuantizer().set_global(get_default_x86_inductor_quantization_config())
+assert type(quantizer).__module__.startswith("torchao."), "the quantizer is torchao's"
+
+# %%
+# AssertionError: Guard failed: x.size()[0] == 8
+# ----------------------------------------------
+# The graph was exported (or calibrated) with batches of 8 and is then called with 4.
+# ``torch.export`` specialises every dimension it is not told is dynamic, and the
+# ``_guards_fn`` node at the top of ``.module()`` checks the input before anything runs — in
+# the exported graph and, as here, in the prepared one that ``calibrate`` feeds.
+
+fixed = prepare_pt2e(export_module(get_model("small_cnn"), x), x86_quantizer())
+calibrate(fixed)
+with expect_error(AssertionError, match="Guard failed: x.size()[0] == 8"):
+    fixed(*example_inputs(4))
+
+# %%
+# **Fix**: export with the batch dimension declared dynamic; calibration and every later
+# call may then use any batch size. Explained in
+# :ref:`M00-1 · Getting a graph <sphx_glr_lessons_m00_graphs_m00_1_getting_a_graph.py>`.
+
+batch = torch.export.Dim("batch")
+program = torch.export.export(get_model("small_cnn"), x, dynamic_shapes=({0: batch},))
+dynamic = prepare_pt2e(program.module(), x86_quantizer())
+calibrate(dynamic)
+converted = convert_pt2e(dynamic)
+assert converted(*example_inputs(4)).shape == (4, 10), "batch 4 runs after calibrating on 8"
+
+# %%
+# KeyError: \'source_fn_stack\'
+# -----------------------------
+# Code that reads ``node.meta["source_fn_stack"]`` (older quantizers, pattern matchers,
+# ``get_source_partitions``) finds nothing: ``torch.export.export`` traces
+# **non-strict** by default (``strict=False``), which does not record ``source_fn_stack``.
+
+nonstrict = torch.export.export(get_model("conv_relu"), x).module()
+(conv,) = nonstrict.graph.find_nodes(op="call_function", target=torch.ops.aten.conv2d.default)
+with expect_error(KeyError, match="source_fn_stack"):
+    conv.meta["source_fn_stack"]
+
+# %%
+# **Fix**: read ``nn_module_stack``, which both modes record (the module path and class of
+# each node), or export with ``strict=True`` where the code needs ``source_fn_stack``.
+# Explained in
+# :ref:`M00-2 · Anatomy of a node <sphx_glr_lessons_m00_graphs_m00_2_node_anatomy.py>`.
+
+print("nn_module_stack:", list(conv.meta["nn_module_stack"].values())[-1])
+strict = torch.export.export(get_model("conv_relu"), x, strict=True).module()
+(strict_conv,) = strict.graph.find_nodes(op="call_function", target=torch.ops.aten.conv2d.default)
+print("strict source_fn_stack:", strict_conv.meta["source_fn_stack"][-1])
+assert strict_conv.meta["source_fn_stack"][-1][1] is nn.Conv2d
+
+
+# %%
+# Nothing got quantized (a model that calls ``F.conv2d``)
+# -------------------------------------------------------
+# A model that calls ``F.conv2d`` with its own weight, not an ``nn.Conv2d``, comes out of
+# ``convert_pt2e`` with no quantize node at all, and no error. ``X86InductorQuantizer`` finds
+# convs by the module that produced them or by ``source_fn_stack``; under non-strict export a
+# functional call has neither.
+
+
+class FunctionalConv(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(8, 3, 3, 3) / 10)
+        self.bias = nn.Parameter(torch.zeros(8))
+
+    def forward(self, x):
+        return F.relu(F.conv2d(x, self.weight, self.bias, padding=1))
+
+
+def quantized(program) -> torch.fx.GraphModule:
+    model = prepare_pt2e(program.module(), x86_quantizer())
+    calibrate(model)
+    return convert_pt2e(model)
+
+
+silent = quantized(torch.export.export(FunctionalConv(), x))
+print("quantize nodes after non-strict export:", quantize_nodes(silent))
+assert quantize_nodes(silent) == 0, "nothing got quantized, and nothing was raised"
+
+# %%
+# **Fix**: export with ``strict=True`` (which records ``source_fn_stack``), or use
+# ``nn.Conv2d``. The picture is the converted graph: the conv now reads dequantized input and
+# weight. Explained in
+# :ref:`M02-1 · What a quantizer writes
+# <sphx_glr_lessons_m02_by_hand_m02_1_what_a_quantizer_writes.py>`.
+
+fixed_conv = quantized(torch.export.export(FunctionalConv(), x, strict=True))
+qdq = [n.name for n in fixed_conv.graph.nodes if "quantize_per" in str(n.target)]
+draw(fixed_conv, highlight=qdq, title="strict=True: F.conv2d gets its quantize/dequantize nodes")
+assert quantize_nodes(fixed_conv) > 0, "strict export: the functional conv is quantized"
+
+# %%
+# Next
+# ----
+# :ref:`Troubleshooting: prepare and convert
+# <sphx_glr_lessons_troubleshooting_m99_2_prepare_and_convert.py>`.

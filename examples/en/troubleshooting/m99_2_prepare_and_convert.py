@@ -1,0 +1,306 @@
+"""
+Troubleshooting: prepare and convert
+====================================
+
+The errors and silent failures of ``prepare_pt2e`` and ``convert_pt2e``: a reused activation
+module, observers and specs that do not fit together, a model converted without calibration,
+and a graph edit that ``constant_fold`` cannot survive. Each entry is headed by the exact first
+line of the message (or the symptom in a reader's words), reproduces it on this site's stack
+(torch 2.13, torchao 0.18), shows the cause, asserts the fix, and links to the lesson that
+explains it.
+
+**Prerequisites**: none; each entry links to the lesson that explains it.
+"""
+
+# SPDX-License-Identifier: BSD-3-Clause
+# sphinx_gallery_thumbnail_number = 1
+
+# %%
+# Setup
+# -----
+# ``OneSpecQuantizer`` annotates the input and output of every conv with one spec: the smallest
+# quantizer that lets an entry swap the spec or the observer it is made of.
+
+import warnings
+
+import torch
+from torch import nn
+
+from common.expect import expect_error
+from common.models import example_inputs, get_model
+from common.pt2e import calibrate, export_module, quiet, x86_quantizer
+from common.viz import draw
+
+quiet()
+
+from torchao.quantization.pt2e import MinMaxObserver
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+from torchao.quantization.pt2e.quantizer import (
+    QuantizationAnnotation,
+    QuantizationSpec,
+    Quantizer,
+    SharedQuantizationSpec,
+)
+
+x = example_inputs(8)
+CONV, RELU = torch.ops.aten.conv2d.default, torch.ops.aten.relu.default
+
+
+def uint8_spec(observer) -> QuantizationSpec:
+    return QuantizationSpec(
+        dtype=torch.uint8,
+        quant_min=0,
+        quant_max=255,
+        qscheme=torch.per_tensor_affine,
+        observer_or_fake_quant_ctr=observer,
+    )
+
+
+class OneSpecQuantizer(Quantizer):
+    """Quantizes each conv's input and output with ``spec`` (weights stay float)."""
+
+    def __init__(self, spec):
+        super().__init__()
+        self.spec = spec
+
+    def annotate(self, model):
+        for conv in model.graph.find_nodes(op="call_function", target=CONV):
+            conv.meta["quantization_annotation"] = QuantizationAnnotation(
+                input_qspec_map={conv.args[0]: self.spec}, output_qspec=self.spec, _annotated=True
+            )
+        return model
+
+    def validate(self, model):
+        pass
+
+
+def quantize_nodes(gm) -> int:
+    """How many quantize nodes a converted graph has (0: nothing got quantized)."""
+    return sum(
+        n.target == torch.ops.quantized_decomposed.quantize_per_tensor.default
+        for n in gm.graph.nodes
+    )
+
+
+# %%
+# ValueError: Input partition has more than one output node
+# ---------------------------------------------------------
+# Real models often create one ``nn.ReLU`` and call it twice. Exported non-strict (the
+# default), ``X86InductorQuantizer.annotate`` itself fails on such a model.
+
+
+class ReusedReLU(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1)
+        self.relu = nn.ReLU()  # one module, called twice below
+
+    def forward(self, x):
+        return self.relu(self.conv2(self.relu(self.conv1(x))))
+
+
+reused = export_module(ReusedReLU(), x)
+with expect_error(ValueError, match="Input partition has more than one output node"):
+    prepare_pt2e(reused, x86_quantizer())
+
+# %%
+# **Cause**, on the graph: both ``relu`` nodes carry the same module, ``relu``, in their
+# ``nn_module_stack``. The quantizer groups nodes into partitions by the module that produced
+# them, so it sees one "ReLU" with two outputs, which it refuses.
+
+relus = reused.graph.find_nodes(op="call_function", target=RELU)
+for node in relus:
+    print(node.name, "from module", list(node.meta["nn_module_stack"].values())[-1])
+draw(reused, highlight=[n.name for n in relus], title="Two relu nodes, one nn.ReLU module")
+modules = {list(n.meta["nn_module_stack"].values())[-1][0] for n in relus}
+assert len(relus) == 2 and modules == {"relu"}, "two relu nodes, one module"
+
+# %%
+# **Fix**: one activation module per call. Explained in
+# :ref:`M00-3 · Finding patterns <sphx_glr_lessons_m00_graphs_m00_3_finding_patterns.py>`.
+
+
+class OneReLUPerCall(ReusedReLU):
+    def __init__(self):
+        super().__init__()
+        self.relu2 = nn.ReLU()
+
+    def forward(self, x):
+        return self.relu2(self.conv2(self.relu(self.conv1(x))))
+
+
+prepared = prepare_pt2e(export_module(OneReLUPerCall(), x), x86_quantizer())
+calibrate(prepared)
+assert quantize_nodes(convert_pt2e(prepared)) >= 2, "both convs are quantized"
+
+# %%
+# Nothing got quantized (the observers are still in the graph after ``convert_pt2e``)
+# -----------------------------------------------------------------------------------
+# A quantizer whose specs use an observer from ``torch.ao.quantization`` (the old home of
+# PT2E) runs without an error. ``prepare_pt2e`` inserts the observers; ``convert_pt2e`` does
+# not recognise them as observers, leaves them in the graph, and inserts no quantize node.
+
+from torch.ao.quantization.observer import MinMaxObserver as OldMinMaxObserver
+
+old = prepare_pt2e(
+    export_module(get_model("conv_relu"), x), OneSpecQuantizer(uint8_spec(OldMinMaxObserver))
+)
+calibrate(old)
+old_converted = convert_pt2e(old)
+left = [
+    n.name for n in old_converted.graph.nodes if n.op == "call_module" and "post_process" in n.name
+]
+draw(old_converted, highlight=left, title="After convert_pt2e: torch.ao observers left, no q/dq")
+assert quantize_nodes(old_converted) == 0 and len(left) == 2, "nothing quantized, observers kept"
+
+# %%
+# **Fix**: take observers (and specs, quantizers) from torchao only. torchao's
+# ``MinMaxObserver`` is a different class from ``torch.ao``'s: convert looks for its own.
+# Explained in
+# :ref:`M02-3 · convert by hand <sphx_glr_lessons_m02_by_hand_m02_3_convert_by_hand.py>`.
+
+print(OldMinMaxObserver.__module__, "is not", MinMaxObserver.__module__)
+new = prepare_pt2e(
+    export_module(get_model("conv_relu"), x), OneSpecQuantizer(uint8_spec(MinMaxObserver))
+)
+calibrate(new)
+assert quantize_nodes(convert_pt2e(new)) == 2, "the conv's input and output are quantized"
+
+# %%
+# KeyError: conv2d
+# ----------------
+# A bare ``KeyError`` naming a node (here ``conv2d``) from inside ``prepare_pt2e``. An
+# annotation said "share the quantization parameters of ``conv2d``"
+# (``SharedQuantizationSpec(conv)``), but nothing annotated ``conv2d``'s output, so there is no
+# observer to share.
+
+
+class SharesWithConv(Quantizer):
+    """relu shares its qparams with the conv's output; ``annotate_conv`` decides if that exists."""
+
+    def __init__(self, *, annotate_conv: bool):
+        super().__init__()
+        self.annotate_conv = annotate_conv
+
+    def annotate(self, model):
+        (conv,) = model.graph.find_nodes(op="call_function", target=CONV)
+        (relu,) = model.graph.find_nodes(op="call_function", target=RELU)
+        spec = uint8_spec(MinMaxObserver)
+        if self.annotate_conv:
+            conv.meta["quantization_annotation"] = QuantizationAnnotation(
+                input_qspec_map={conv.args[0]: spec}, output_qspec=spec, _annotated=True
+            )
+        relu.meta["quantization_annotation"] = QuantizationAnnotation(
+            input_qspec_map={conv: SharedQuantizationSpec(conv)},
+            output_qspec=SharedQuantizationSpec(conv),
+            _annotated=True,
+        )
+        return model
+
+    def validate(self, model):
+        pass
+
+
+with expect_error(KeyError, match="conv2d"):
+    prepare_pt2e(export_module(get_model("conv_relu"), x), SharesWithConv(annotate_conv=False))
+
+# %%
+# **Fix**: a ``SharedQuantizationSpec`` must point at a node (its output) or an edge
+# ``(producer, consumer)`` that another annotation gives a real spec. With the conv annotated,
+# relu's input and output get the conv's observer. Explained in
+# :ref:`M02-4 · Writing a quantizer for a new backend
+# <sphx_glr_lessons_m02_by_hand_m02_4_writing_a_quantizer.py>`.
+
+shared = prepare_pt2e(export_module(get_model("conv_relu"), x), SharesWithConv(annotate_conv=True))
+observers = dict(shared.named_modules(remove_duplicate=False))
+print("observer names:", [n for n in observers if n.startswith("activation_post_process")])
+assert len({id(m) for n, m in observers.items() if n.startswith("activation_post_process")}) == 2
+
+# %%
+# UserWarning: must run observer before calling calculate_qparams. Returning default values.
+# ------------------------------------------------------------------------------------------
+# ``convert_pt2e`` on a model that was never calibrated raises nothing: it warns (a line easy
+# to miss in a notebook) and uses scale 1.0 and zero point 0 — every activation is rounded to
+# a whole number, and the output is meaningless.
+
+uncalibrated = prepare_pt2e(export_module(get_model("small_cnn"), x), x86_quantizer())
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    garbage = convert_pt2e(uncalibrated)
+print("warning:", str(caught[0].message).split(".")[0])
+scales = {
+    n.args[1]
+    for n in garbage.graph.nodes
+    if n.target == torch.ops.quantized_decomposed.quantize_per_tensor.default
+}
+print("activation scales:", scales)
+assert "must run observer before calling calculate_qparams" in str(caught[0].message)
+assert scales == {1.0}, "the default scale, not one measured from data"
+
+# %%
+# **Fix**: calibrate between prepare and convert — run representative inputs through the
+# prepared model. The scales then fit the data and the output is close to float. Explained in
+# :ref:`M01-3 · How an observer turns statistics into qparams
+# <sphx_glr_lessons_m01_quantized_graphs_m01_3_observers.py>`.
+
+reference = get_model("small_cnn")(*x)
+calibrated = prepare_pt2e(export_module(get_model("small_cnn"), x), x86_quantizer())
+calibrate(calibrated)
+good = convert_pt2e(calibrated)
+errors = {
+    name: (m(*x) - reference).abs().max().item()
+    for name, m in [("uncalibrated", garbage), ("calibrated", good)]
+}
+print({name: f"{error:.4f}" for name, error in errors.items()})
+assert errors["calibrated"] < errors["uncalibrated"] / 10, "calibration fits the scales"
+
+# %%
+# RuntimeError: Node shared_1 target shared references nonexistent attribute shared
+# ---------------------------------------------------------------------------------
+# torchao's ``constant_fold`` (``convert_pt2e`` uses it to fold weights into int8 constants)
+# fails on a graph where two ``get_attr`` nodes read the same attribute and only one of them
+# becomes dead: it deletes the attribute while the other node still reads it
+# (`pytorch/ao#4420 <https://github.com/pytorch/ao/issues/4420>`_). Such graphs come from graph
+# edits and other compilers' passes.
+
+from torchao.quantization.pt2e.constant_fold import constant_fold
+
+
+def two_reads_of_one_buffer() -> torch.fx.GraphModule:
+    root = nn.Module()
+    root.register_buffer("shared", torch.arange(4.0))
+    graph = torch.fx.Graph()
+    inp = graph.placeholder("x")
+    folded = graph.call_function(torch.ops.aten.mul.Tensor, (graph.get_attr("shared"), 2.0))
+    live = graph.call_function(torch.ops.aten.add.Tensor, (inp, graph.get_attr("shared")))
+    graph.output((folded, live))
+    return torch.fx.GraphModule(root, graph)
+
+
+with expect_error(RuntimeError, match="references nonexistent attribute shared"):
+    constant_fold(two_reads_of_one_buffer())
+
+# %%
+# **Fix** until torchao fixes it: make the graph read each attribute once before folding
+# (redirect the users of every duplicate ``get_attr`` to the first one). Explained in
+# :ref:`M00-4 · Editing graphs <sphx_glr_lessons_m00_graphs_m00_4_graph_surgery.py>`.
+
+gm = two_reads_of_one_buffer()
+first = {}
+for node in list(gm.graph.find_nodes(op="get_attr")):
+    if node.target in first:
+        node.replace_all_uses_with(first[node.target])
+        gm.graph.erase_node(node)
+    else:
+        first[node.target] = node
+gm.recompile()
+constant_fold(gm)
+doubled, added = gm(torch.ones(4))
+assert torch.equal(doubled, torch.arange(4.0) * 2) and torch.equal(added, torch.arange(4.0) + 1)
+
+# %%
+# Next
+# ----
+# :ref:`Troubleshooting: lowering and speed
+# <sphx_glr_lessons_troubleshooting_m99_3_lowering_and_speed.py>`.

@@ -1,0 +1,225 @@
+"""
+Troubleshooting: accuracy, eval and QAT
+=======================================
+
+Exported models do not switch between training and evaluation the way ``nn.Module`` does, QAT
+observers keep learning while you evaluate, and on a CPU without VNNI the real int8 kernels
+can saturate where the simulation does not. Each entry is headed by the exact first line of
+the message (or the symptom in a reader's words), reproduces it on this site's stack
+(torch 2.13, torchao 0.18), shows the cause, asserts the fix, and links to the lesson that
+explains it.
+
+**Prerequisites**: none; each entry links to the lesson that explains it.
+"""
+
+# SPDX-License-Identifier: BSD-3-Clause
+# sphinx_gallery_thumbnail_number = 1
+
+# %%
+# Setup
+# -----
+# A conv → batch norm → relu model whose BatchNorm has its own ``momentum`` and ``eps``, as
+# real models often do, exported in training mode (as for QAT).
+
+import hashlib
+import json
+from pathlib import Path
+
+import torch
+
+import common
+from common.cpu import describe, run_under_isa
+from common.expect import expect_error
+from common.models import example_inputs, get_model
+from common.pt2e import quiet
+from common.viz import draw
+
+quiet()
+
+import torchao
+from torchao.quantization.pt2e import disable_observer, move_exported_model_to_eval
+from torchao.quantization.pt2e.quantize_pt2e import prepare_qat_pt2e
+from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
+    X86InductorQuantizer,
+    get_default_x86_inductor_quantization_config,
+)
+
+x = example_inputs(8)
+model = get_model("conv_bn_relu")
+model.bn.momentum, model.bn.eps = 0.3, 1e-3
+exported = torch.export.export(model.train(), x).module()
+BATCH_NORM = torch.ops.aten.batch_norm.default
+
+# %%
+# NotImplementedError: Calling eval() is not supported yet.
+# ---------------------------------------------------------
+# ``.eval()`` on the module of an ``ExportedProgram`` raises: the graph was traced in one
+# mode, and flipping a flag cannot change the operators it recorded.
+
+with expect_error(NotImplementedError, match="Calling eval() is not supported yet."):
+    exported.eval()
+
+# %%
+# **Fix**: ``move_exported_model_to_eval`` rewrites the graph — each batch norm's ``training``
+# argument, each dropout — so the model computes as in evaluation. Explained in
+# :ref:`M04-3 · Quantization-aware training <sphx_glr_lessons_m04_accuracy_m04_3_qat.py>`.
+
+(bn,) = exported.graph.find_nodes(op="call_function", target=BATCH_NORM)
+print("before: training, momentum, eps =", bn.args[5:8])
+move_exported_model_to_eval(exported)
+(bn,) = exported.graph.find_nodes(op="call_function", target=BATCH_NORM)
+print("after:  training, momentum, eps =", bn.args[5:8])
+assert bn.args[5] is False, "the batch norm now uses its running statistics"
+
+# %%
+# Accuracy dropped after ``move_exported_model_to_eval``
+# ------------------------------------------------------
+# The evaluated graph no longer matches the eager model in ``eval()`` mode. The two lines
+# above show why: ``move_exported_model_to_eval`` rebuilt the batch norm with the default
+# ``momentum`` and ``eps`` (0.1 and 1e-5), not the model's 0.3 and 1e-3
+# (`pytorch/ao#4107 <https://github.com/pytorch/ao/issues/4107>`_). A smaller ``eps`` divides
+# by a different variance, so every output moves.
+
+reference = model.eval()(*x)
+drift = (exported(*x) - reference).abs().max().item()
+print(f"largest difference from the eager model in eval(): {drift:.2e}")
+draw(exported, highlight=[bn.name], title="batch_norm after move_exported_model_to_eval: eps 1e-5")
+assert bn.args[6:8] == (0.1, 1e-5) and drift > 1e-4, "defaults, not the model's values"
+
+# %%
+# **Fix** until torchao keeps them: write the model's values back into the node's arguments
+# (``momentum`` matters again if you move the model back to training). Explained in
+# :ref:`M04-3 · Quantization-aware training <sphx_glr_lessons_m04_accuracy_m04_3_qat.py>`.
+
+bn.args = (*bn.args[:6], model.bn.momentum, model.bn.eps, *bn.args[8:])
+exported.recompile()
+torch.testing.assert_close(exported(*x), reference, rtol=0, atol=1e-6)
+
+# %%
+# NotImplementedError: Calling train() or eval() is not supported for exported models.
+# ------------------------------------------------------------------------------------
+# The same refusal, worded differently, after ``prepare_pt2e`` or ``prepare_qat_pt2e``: here a
+# QAT model (with a dropout) about to be evaluated.
+
+qat_config = get_default_x86_inductor_quantization_config(is_qat=True)
+with_dropout = torch.nn.Sequential(get_model("conv_relu"), torch.nn.Dropout(0.5))
+qat = prepare_qat_pt2e(
+    torch.export.export(with_dropout.train(), x).module(),
+    X86InductorQuantizer().set_global(qat_config),
+)
+with expect_error(NotImplementedError, match="not supported for exported models"):
+    qat.eval()
+
+# %%
+# **Fix**: the same function, ``move_exported_model_to_eval(qat)``: the dropout stops dropping.
+# For a QAT model it is not enough, though, as the next entry shows. Explained in
+# :ref:`M04-3 · Quantization-aware training <sphx_glr_lessons_m04_accuracy_m04_3_qat.py>`.
+
+(dropout,) = qat.graph.find_nodes(op="call_function", target=torch.ops.aten.dropout.default)
+print("dropout train =", dropout.args[2])
+move_exported_model_to_eval(qat)
+dropouts = qat.graph.find_nodes(op="call_function", target=torch.ops.aten.dropout.default)
+assert [d.args[2] for d in dropouts] == [False], "the dropout is off"
+
+# %%
+# QAT scales keep changing during evaluation
+# ------------------------------------------
+# Evaluating a QAT model changes it. ``move_exported_model_to_eval``
+# rewrote dropout and batch norm only: each fake-quantize module still observes what flows
+# through it and moves its scale, on the test data too.
+
+
+def scales(gm) -> list[torch.Tensor]:
+    return [m.scale.clone() for n, m in gm.named_modules() if hasattr(m, "observer_enabled")]
+
+
+before = scales(qat)
+with torch.no_grad():
+    qat(*example_inputs(8, seed=100))
+moved = sum(not torch.equal(a, b) for a, b in zip(before, scales(qat), strict=True))
+print(f"{moved} of {len(before)} scales moved during one evaluation batch")
+assert moved > 0, "evaluating changed the model"
+
+# %%
+# **Fix**: ``qat.apply(disable_observer)`` after ``move_exported_model_to_eval``; the scales are
+# then frozen until ``enable_observer``. Explained in
+# :ref:`M04-3 · Quantization-aware training <sphx_glr_lessons_m04_accuracy_m04_3_qat.py>`.
+
+qat.apply(disable_observer)
+frozen = scales(qat)
+with torch.no_grad():
+    qat(*example_inputs(8, seed=101))
+assert all(torch.equal(a, b) for a, b in zip(frozen, scales(qat), strict=True)), "no scale moved"
+
+# %%
+# int8 results differ from the simulated model on a CPU without VNNI
+# ------------------------------------------------------------------
+# The lowered int8 model (real oneDNN kernels) should agree with the q/dq model to rounding.
+# With VNNI (or AMX) it does. Without VNNI, oneDNN adds pairs of uint8 × int8 products into
+# a 16-bit integer that can saturate, silently: some outputs are off by many steps. Both paths
+# are shown on every machine: the AVX2 one in a fresh Python capped at AVX2
+# (``common.cpu.run_under_isa``; its answer is kept in ``build/cache/``).
+
+AGREEMENT = """
+import torch
+from common.lowering import reshape_views
+from common.models import example_inputs, get_model
+from common.pt2e import calibrate, export_module
+from torchao.quantization.pt2e.lowering import lower_pt2e_quantized_to_x86
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
+    X86InductorQuantizer, get_default_x86_inductor_quantization_config)
+
+def disagreement(reduce_range):
+    x = example_inputs(8)
+    config = get_default_x86_inductor_quantization_config(reduce_range=reduce_range)
+    quantizer = X86InductorQuantizer().set_global(config)
+    prepared = prepare_pt2e(export_module(get_model("conv_relu"), x), quantizer)
+    calibrate(prepared)
+    simulated = convert_pt2e(prepared)
+    lowered = lower_pt2e_quantized_to_x86(simulated, x)
+    reshape_views(lowered)
+    fresh = example_inputs(8, seed=7)
+    return (lowered(*fresh) - simulated(*fresh)).abs().max().item()
+
+result = {"8-bit": disagreement(False), "7-bit (reduce_range)": disagreement(True)}
+"""
+
+
+def under_isa(isa: str, source: str) -> dict:
+    """``run_under_isa``, its answer cached in build/cache/ by source, stack and CPU."""
+    cpu = describe()
+    stamp = f"{isa}|{source}|{torch.__version__}|{torchao.__version__}|{cpu.name}|{cpu.onednn}"
+    root = Path(common.__file__).resolve().parents[1]
+    path = root / "build" / "cache" / f"isa-{hashlib.sha256(stamp.encode()).hexdigest()[:16]}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    answer = run_under_isa(isa, source)
+    if (root / "pyproject.toml").exists():  # a source checkout: keep it
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(answer))
+    return answer
+
+
+avx2 = under_isa("AVX2", AGREEMENT)
+here = {}
+exec(AGREEMENT, here)
+print("this CPU:", describe().verdict)
+for path, diffs in (("AVX2, no VNNI", avx2["result"]), ("this CPU", here["result"])):
+    print(f"{path:14} largest |lowered - simulated|:", {k: f"{v:.4f}" for k, v in diffs.items()})
+print(
+    "on this CPU:", "no saturation (VNNI)" if describe().vnni else "saturation possible (no VNNI)"
+)
+assert avx2["result"]["8-bit"] > 10 * avx2["result"]["7-bit (reduce_range)"], "AVX2 saturates"
+if describe().vnni:
+    assert here["result"]["8-bit"] < 0.01, "with VNNI: rounding only"
+
+# %%
+# **Fix** on CPUs without VNNI: ``reduce_range=True`` quantizes activations to 7 bits
+# (0…127), so no pair of products can overflow 16 bits; the lowered model then agrees with
+# the simulation to rounding on every path. Explained in
+# :ref:`M03-1 · The lowered graph <sphx_glr_lessons_m03_lowering_m03_1_lowered_graph.py>` and
+# :ref:`M04-2 · Fixing it <sphx_glr_lessons_m04_accuracy_m04_2_fixing_it.py>`.
+
+assert avx2["result"]["7-bit (reduce_range)"] < 0.01, "7 bits: rounding only, under AVX2"
+assert here["result"]["7-bit (reduce_range)"] < 0.01, "7 bits: rounding only, on this CPU"

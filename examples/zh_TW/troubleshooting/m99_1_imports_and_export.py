@@ -1,0 +1,181 @@
+"""
+疑難排解：匯入與 export
+=======================
+
+量化開始之前就會遇到的錯誤與無聲的意外：從 ``torch.ao`` 搬到 torchao 的匯入、只為一種批次大小
+匯出的圖，以及 non-strict export（``torch.export`` 的預設）沒有記進圖裡的東西。每個條目的標題
+是錯誤訊息的第一行原文（或讀者口中的症狀），在本站的環境（torch 2.13、torchao 0.18）上重現它，
+指出原因，以 assert 驗證修正方法，並連到解釋它的那一課。
+
+**先備知識**：無；每個條目都連到解釋它的那一課。
+"""
+
+# SPDX-License-Identifier: BSD-3-Clause
+# sphinx_gallery_thumbnail_number = 1
+
+# %%
+# 準備
+# ----
+# ``expect_error`` 執行一段必定失敗的程式，印出錯誤的型別與第一行訊息；哪天錯誤不再發生，
+# 這一頁就會建置失敗。
+
+import importlib
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from common.expect import expect_error
+from common.models import example_inputs, get_model
+from common.pt2e import calibrate, export_module, quiet, x86_quantizer
+from common.viz import draw
+
+quiet()
+
+x = example_inputs(8)
+
+
+def quantize_nodes(gm) -> int:
+    """convert 後的圖有幾個 quantize node（0：什麼都沒量化）。"""
+    return sum(
+        n.target == torch.ops.quantized_decomposed.quantize_per_tensor.default
+        for n in gm.graph.nodes
+    )
+
+
+# %%
+# ModuleNotFoundError: No module named \'torch.ao.quantization.quantize_pt2e\'
+# ----------------------------------------------------------------------------
+# 舊的程式碼與教學從 ``torch.ao`` 匯入 PT2E 的函式。它們已經搬到 torchao，torch 2.13
+# 不再有這個模組。
+
+with expect_error(ModuleNotFoundError, match="torch.ao.quantization.quantize_pt2e"):
+    importlib.import_module("torch.ao.quantization.quantize_pt2e")
+
+# %%
+# **修正**：從 torchao 匯入（``torchao.quantization.pt2e`` 沒有重新匯出它們，要從
+# ``quantize_pt2e`` 模組匯入）。同樣的流程就能執行。說明見
+# :ref:`M01-1 · PT2E 全流程 <sphx_glr_lessons_m01_quantized_graphs_m01_1_pt2e_flow.py>`。
+
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+prepared = prepare_pt2e(export_module(get_model("conv_relu"), x), x86_quantizer())
+calibrate(prepared)
+assert quantize_nodes(convert_pt2e(prepared)) > 0, "torchao 的 prepare／convert 量化了 conv"
+
+# %%
+# ModuleNotFoundError: No module named \'torch.ao.quantization.quantizer\'
+# ------------------------------------------------------------------------
+# quantizer 也搬家了：``torch.ao.quantization.quantizer.x86_inductor_quantizer`` 已經不存在。
+# 若舊程式碼還找得到 ``torch.ao`` 的 quantizer（另一個環境裡較舊的 torch），就會混用兩套 PT2E
+# 類別；torchao 的 ``prepare_pt2e`` 只認得自己的。
+
+with expect_error(ModuleNotFoundError, match="torch.ao.quantization.quantizer"):
+    importlib.import_module("torch.ao.quantization.quantizer.x86_inductor_quantizer")
+
+# %%
+# **修正**：quantizer、它的 config、每個 spec 與 observer 全部從 torchao 取得（torchao 的
+# spec 裡放 ``torch.ao`` 的 observer，什麼都不會量化，見
+# :ref:`疑難排解：prepare 與 convert
+# <sphx_glr_lessons_troubleshooting_m99_2_prepare_and_convert.py>`）。
+# 說明見 :ref:`M01-1 · PT2E 全流程 <sphx_glr_lessons_m01_quantized_graphs_m01_1_pt2e_flow.py>`。
+
+from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
+    X86InductorQuantizer,
+    get_default_x86_inductor_quantization_config,
+)
+
+quantizer = X86InductorQuantizer().set_global(get_default_x86_inductor_quantization_config())
+assert type(quantizer).__module__.startswith("torchao."), "quantizer 來自 torchao"
+
+# %%
+# AssertionError: Guard failed: x.size()[0] == 8
+# ----------------------------------------------
+# 圖以批次大小 8 匯出（或校準），之後卻用 4 呼叫。``torch.export`` 會把沒有宣告為動態的
+# 每個維度固定下來，``.module()`` 最前面的 ``_guards_fn`` node 在任何運算之前先檢查輸入——
+# 匯出的圖如此，這裡 ``calibrate`` 餵資料的 prepare 後的圖也一樣。
+
+fixed = prepare_pt2e(export_module(get_model("small_cnn"), x), x86_quantizer())
+calibrate(fixed)
+with expect_error(AssertionError, match="Guard failed: x.size()[0] == 8"):
+    fixed(*example_inputs(4))
+
+# %%
+# **修正**：匯出時把批次維度宣告為動態；之後校準與每次呼叫都可以用任何批次大小。說明見
+# :ref:`M00-1 · 取得計算圖 <sphx_glr_lessons_m00_graphs_m00_1_getting_a_graph.py>`。
+
+batch = torch.export.Dim("batch")
+program = torch.export.export(get_model("small_cnn"), x, dynamic_shapes=({0: batch},))
+dynamic = prepare_pt2e(program.module(), x86_quantizer())
+calibrate(dynamic)
+converted = convert_pt2e(dynamic)
+assert converted(*example_inputs(4)).shape == (4, 10), "以 8 校準後，批次 4 也能執行"
+
+# %%
+# KeyError: \'source_fn_stack\'
+# -----------------------------
+# 讀取 ``node.meta["source_fn_stack"]`` 的程式碼（較舊的 quantizer、pattern 比對、
+# ``get_source_partitions`` ）什麼都找不到：``torch.export.export`` 預設以 **non-strict**
+# 方式追蹤（``strict=False`` ），而它不記錄 ``source_fn_stack`` 。
+
+nonstrict = torch.export.export(get_model("conv_relu"), x).module()
+(conv,) = nonstrict.graph.find_nodes(op="call_function", target=torch.ops.aten.conv2d.default)
+with expect_error(KeyError, match="source_fn_stack"):
+    conv.meta["source_fn_stack"]
+
+# %%
+# **修正**：改讀兩種模式都會記錄的 ``nn_module_stack`` （每個 node 的模組路徑與類別），
+# 或在程式碼需要 ``source_fn_stack`` 時以 ``strict=True`` 匯出。說明見
+# :ref:`M00-2 · 拆解一個 node <sphx_glr_lessons_m00_graphs_m00_2_node_anatomy.py>`。
+
+print("nn_module_stack:", list(conv.meta["nn_module_stack"].values())[-1])
+strict = torch.export.export(get_model("conv_relu"), x, strict=True).module()
+(strict_conv,) = strict.graph.find_nodes(op="call_function", target=torch.ops.aten.conv2d.default)
+print("strict source_fn_stack:", strict_conv.meta["source_fn_stack"][-1])
+assert strict_conv.meta["source_fn_stack"][-1][1] is nn.Conv2d
+
+
+# %%
+# 什麼都沒有被量化（模型呼叫 ``F.conv2d`` ）
+# ----------------------------------------------
+# 模型用自己的 weight 呼叫 ``F.conv2d`` ，而不是用 ``nn.Conv2d`` ：``convert_pt2e`` 之後
+# 一個 quantize node 都沒有，也沒有任何錯誤。``X86InductorQuantizer`` 靠產生 conv 的模組或
+# ``source_fn_stack`` 找到 conv；在 non-strict export 下，函式呼叫兩者都沒有。
+
+
+class FunctionalConv(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(8, 3, 3, 3) / 10)
+        self.bias = nn.Parameter(torch.zeros(8))
+
+    def forward(self, x):
+        return F.relu(F.conv2d(x, self.weight, self.bias, padding=1))
+
+
+def quantized(program) -> torch.fx.GraphModule:
+    model = prepare_pt2e(program.module(), x86_quantizer())
+    calibrate(model)
+    return convert_pt2e(model)
+
+
+silent = quantized(torch.export.export(FunctionalConv(), x))
+print("non-strict export 之後的 quantize node 數：", quantize_nodes(silent))
+assert quantize_nodes(silent) == 0, "什麼都沒量化，也沒有引發任何錯誤"
+
+# %%
+# **修正**：以 ``strict=True`` 匯出（它會記錄 ``source_fn_stack`` ），或改用 ``nn.Conv2d`` 。
+# 下圖是 convert 後的圖：conv 現在讀的是 dequantize 後的輸入與 weight。說明見
+# :ref:`M02-1 · quantizer 在圖上寫了什麼
+# <sphx_glr_lessons_m02_by_hand_m02_1_what_a_quantizer_writes.py>`。
+
+fixed_conv = quantized(torch.export.export(FunctionalConv(), x, strict=True))
+qdq = [n.name for n in fixed_conv.graph.nodes if "quantize_per" in str(n.target)]
+draw(fixed_conv, highlight=qdq, title="strict=True：F.conv2d 有了 quantize／dequantize node")
+assert quantize_nodes(fixed_conv) > 0, "strict export：函式形式的 conv 被量化了"
+
+# %%
+# 下一頁
+# ------
+# :ref:`疑難排解：prepare 與 convert
+# <sphx_glr_lessons_troubleshooting_m99_2_prepare_and_convert.py>`。

@@ -1,0 +1,298 @@
+"""
+疑難排解：prepare 與 convert
+============================
+
+``prepare_pt2e`` 與 ``convert_pt2e`` 的錯誤與無聲的失敗：重複使用的活化函數模組、彼此不相容的
+observer 與 spec、沒有校準就 convert 的模型，以及 ``constant_fold`` 處理不了的改圖結果。每個
+條目的標題是錯誤訊息的第一行原文（或讀者口中的症狀），在本站的環境（torch 2.13、torchao 0.18）
+上重現它，指出原因，以 assert 驗證修正方法，並連到解釋它的那一課。
+
+**先備知識**：無；每個條目都連到解釋它的那一課。
+"""
+
+# SPDX-License-Identifier: BSD-3-Clause
+# sphinx_gallery_thumbnail_number = 1
+
+# %%
+# 準備
+# ----
+# ``OneSpecQuantizer`` 用同一個 spec 標註每個 conv 的輸入與輸出：讓條目能替換 spec 或其中
+# observer 的最小 quantizer。
+
+import warnings
+
+import torch
+from torch import nn
+
+from common.expect import expect_error
+from common.models import example_inputs, get_model
+from common.pt2e import calibrate, export_module, quiet, x86_quantizer
+from common.viz import draw
+
+quiet()
+
+from torchao.quantization.pt2e import MinMaxObserver
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+from torchao.quantization.pt2e.quantizer import (
+    QuantizationAnnotation,
+    QuantizationSpec,
+    Quantizer,
+    SharedQuantizationSpec,
+)
+
+x = example_inputs(8)
+CONV, RELU = torch.ops.aten.conv2d.default, torch.ops.aten.relu.default
+
+
+def uint8_spec(observer) -> QuantizationSpec:
+    return QuantizationSpec(
+        dtype=torch.uint8,
+        quant_min=0,
+        quant_max=255,
+        qscheme=torch.per_tensor_affine,
+        observer_or_fake_quant_ctr=observer,
+    )
+
+
+class OneSpecQuantizer(Quantizer):
+    """用 ``spec`` 量化每個 conv 的輸入與輸出（weight 維持浮點數）。"""
+
+    def __init__(self, spec):
+        super().__init__()
+        self.spec = spec
+
+    def annotate(self, model):
+        for conv in model.graph.find_nodes(op="call_function", target=CONV):
+            conv.meta["quantization_annotation"] = QuantizationAnnotation(
+                input_qspec_map={conv.args[0]: self.spec}, output_qspec=self.spec, _annotated=True
+            )
+        return model
+
+    def validate(self, model):
+        pass
+
+
+def quantize_nodes(gm) -> int:
+    """convert 後的圖有幾個 quantize node（0：什麼都沒量化）。"""
+    return sum(
+        n.target == torch.ops.quantized_decomposed.quantize_per_tensor.default
+        for n in gm.graph.nodes
+    )
+
+
+# %%
+# ValueError: Input partition has more than one output node
+# ---------------------------------------------------------
+# 真實的模型常常只建立一個 ``nn.ReLU`` ，卻呼叫它兩次。以 non-strict（預設）匯出時，
+# ``X86InductorQuantizer.annotate`` 本身就會在這種模型上失敗。
+
+
+class ReusedReLU(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1)
+        self.relu = nn.ReLU()  # 一個模組，下面呼叫兩次
+
+    def forward(self, x):
+        return self.relu(self.conv2(self.relu(self.conv1(x))))
+
+
+reused = export_module(ReusedReLU(), x)
+with expect_error(ValueError, match="Input partition has more than one output node"):
+    prepare_pt2e(reused, x86_quantizer())
+
+# %%
+# **原因**，在圖上看：兩個 ``relu`` node 的 ``nn_module_stack`` 裡是同一個模組 ``relu`` 。
+# quantizer 依照產生 node 的模組把它們分組（partition），於是看到一個有兩個輸出的「ReLU」，
+# 並拒絕它。
+
+relus = reused.graph.find_nodes(op="call_function", target=RELU)
+for node in relus:
+    print(node.name, "來自模組", list(node.meta["nn_module_stack"].values())[-1])
+draw(reused, highlight=[n.name for n in relus], title="兩個 relu node，同一個 nn.ReLU 模組")
+modules = {list(n.meta["nn_module_stack"].values())[-1][0] for n in relus}
+assert len(relus) == 2 and modules == {"relu"}, "兩個 relu node，一個模組"
+
+# %%
+# **修正**：每次呼叫用一個自己的活化函數模組。說明見
+# :ref:`M00-3 · 找出 pattern <sphx_glr_lessons_m00_graphs_m00_3_finding_patterns.py>`。
+
+
+class OneReLUPerCall(ReusedReLU):
+    def __init__(self):
+        super().__init__()
+        self.relu2 = nn.ReLU()
+
+    def forward(self, x):
+        return self.relu2(self.conv2(self.relu(self.conv1(x))))
+
+
+prepared = prepare_pt2e(export_module(OneReLUPerCall(), x), x86_quantizer())
+calibrate(prepared)
+assert quantize_nodes(convert_pt2e(prepared)) >= 2, "兩個 conv 都被量化了"
+
+# %%
+# 什麼都沒有被量化（ ``convert_pt2e`` 之後 observer 還留在圖裡）
+# ------------------------------------------------------------------
+# spec 使用 ``torch.ao.quantization`` （PT2E 的舊家）observer 的 quantizer，執行時不會有任何
+# 錯誤。``prepare_pt2e`` 插入這些 observer；``convert_pt2e`` 卻不認得它們是 observer，把它們
+# 留在圖裡，一個 quantize node 也沒有插入。
+
+from torch.ao.quantization.observer import MinMaxObserver as OldMinMaxObserver
+
+old = prepare_pt2e(
+    export_module(get_model("conv_relu"), x), OneSpecQuantizer(uint8_spec(OldMinMaxObserver))
+)
+calibrate(old)
+old_converted = convert_pt2e(old)
+left = [
+    n.name for n in old_converted.graph.nodes if n.op == "call_module" and "post_process" in n.name
+]
+draw(old_converted, highlight=left, title="convert_pt2e 之後：torch.ao 的 observer 還在，沒有 q/dq")
+assert quantize_nodes(old_converted) == 0 and len(left) == 2, "什麼都沒量化，observer 還在"
+
+# %%
+# **修正**：observer（以及 spec、quantizer）只從 torchao 取得。torchao 的 ``MinMaxObserver``
+# 和 ``torch.ao`` 的是不同的類別：convert 只找自己的。說明見
+# :ref:`M02-3 · 親手做 convert <sphx_glr_lessons_m02_by_hand_m02_3_convert_by_hand.py>`。
+
+print(OldMinMaxObserver.__module__, "不是", MinMaxObserver.__module__)
+new = prepare_pt2e(
+    export_module(get_model("conv_relu"), x), OneSpecQuantizer(uint8_spec(MinMaxObserver))
+)
+calibrate(new)
+assert quantize_nodes(convert_pt2e(new)) == 2, "conv 的輸入與輸出都被量化了"
+
+# %%
+# KeyError: conv2d
+# ----------------
+# ``prepare_pt2e`` 內部引發一個只寫著 node 名稱（這裡是 ``conv2d`` ）的 ``KeyError`` 。
+# 某個 annotation 說「共用 ``conv2d`` 的量化參數」（ ``SharedQuantizationSpec(conv)`` ），
+# 但沒有任何 annotation 標註 ``conv2d`` 的輸出，所以沒有 observer 可以共用。
+
+
+class SharesWithConv(Quantizer):
+    """relu 與 conv 的輸出共用 qparams；``annotate_conv`` 決定 conv 的輸出是否有標註。"""
+
+    def __init__(self, *, annotate_conv: bool):
+        super().__init__()
+        self.annotate_conv = annotate_conv
+
+    def annotate(self, model):
+        (conv,) = model.graph.find_nodes(op="call_function", target=CONV)
+        (relu,) = model.graph.find_nodes(op="call_function", target=RELU)
+        spec = uint8_spec(MinMaxObserver)
+        if self.annotate_conv:
+            conv.meta["quantization_annotation"] = QuantizationAnnotation(
+                input_qspec_map={conv.args[0]: spec}, output_qspec=spec, _annotated=True
+            )
+        relu.meta["quantization_annotation"] = QuantizationAnnotation(
+            input_qspec_map={conv: SharedQuantizationSpec(conv)},
+            output_qspec=SharedQuantizationSpec(conv),
+            _annotated=True,
+        )
+        return model
+
+    def validate(self, model):
+        pass
+
+
+with expect_error(KeyError, match="conv2d"):
+    prepare_pt2e(export_module(get_model("conv_relu"), x), SharesWithConv(annotate_conv=False))
+
+# %%
+# **修正**：``SharedQuantizationSpec`` 指向的 node（它的輸出）或邊 ``(producer, consumer)``
+# 必須另有 annotation 給它真正的 spec。conv 有了標註之後，relu 的輸入與輸出就共用 conv 的
+# observer。說明見 :ref:`M02-4 · 為新後端寫 quantizer
+# <sphx_glr_lessons_m02_by_hand_m02_4_writing_a_quantizer.py>`。
+
+shared = prepare_pt2e(export_module(get_model("conv_relu"), x), SharesWithConv(annotate_conv=True))
+observers = dict(shared.named_modules(remove_duplicate=False))
+print("observer 名稱：", [n for n in observers if n.startswith("activation_post_process")])
+assert len({id(m) for n, m in observers.items() if n.startswith("activation_post_process")}) == 2
+
+# %%
+# UserWarning: must run observer before calling calculate_qparams. Returning default values.
+# ------------------------------------------------------------------------------------------
+# 對從未校準的模型執行 ``convert_pt2e`` 不會引發錯誤：它只發出警告（在 notebook 裡很容易
+# 漏看），並使用 scale 1.0 與 zero point 0——每個活化值都被四捨五入成整數，輸出毫無意義。
+
+uncalibrated = prepare_pt2e(export_module(get_model("small_cnn"), x), x86_quantizer())
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    garbage = convert_pt2e(uncalibrated)
+print("警告：", str(caught[0].message).split(".")[0])
+scales = {
+    n.args[1]
+    for n in garbage.graph.nodes
+    if n.target == torch.ops.quantized_decomposed.quantize_per_tensor.default
+}
+print("活化值的 scale：", scales)
+assert "must run observer before calling calculate_qparams" in str(caught[0].message)
+assert scales == {1.0}, "預設的 scale，不是從資料量測的"
+
+# %%
+# **修正**：在 prepare 與 convert 之間校準——把具代表性的輸入送進 prepare 後的模型。scale
+# 就會符合資料，輸出也接近浮點數的結果。說明見 :ref:`M01-3 · observer 如何把統計值變成 qparams
+# <sphx_glr_lessons_m01_quantized_graphs_m01_3_observers.py>`。
+
+reference = get_model("small_cnn")(*x)
+calibrated = prepare_pt2e(export_module(get_model("small_cnn"), x), x86_quantizer())
+calibrate(calibrated)
+good = convert_pt2e(calibrated)
+errors = {
+    name: (m(*x) - reference).abs().max().item()
+    for name, m in [("uncalibrated", garbage), ("calibrated", good)]
+}
+print({name: f"{error:.4f}" for name, error in errors.items()})
+assert errors["calibrated"] < errors["uncalibrated"] / 10, "校準讓 scale 符合資料"
+
+# %%
+# RuntimeError: Node shared_1 target shared references nonexistent attribute shared
+# ---------------------------------------------------------------------------------
+# torchao 的 ``constant_fold`` （ ``convert_pt2e`` 用它把 weight 摺疊成 int8 常數）在這種圖上
+# 會失敗：兩個 ``get_attr`` node 讀同一個屬性，而只有其中一個變成無用：它刪掉了屬性，另一個
+# node 卻還在讀（ `pytorch/ao#4420 <https://github.com/pytorch/ao/issues/4420>`_ ）。這種圖來自
+# 改圖，以及其他編譯器的 pass。
+
+from torchao.quantization.pt2e.constant_fold import constant_fold
+
+
+def two_reads_of_one_buffer() -> torch.fx.GraphModule:
+    root = nn.Module()
+    root.register_buffer("shared", torch.arange(4.0))
+    graph = torch.fx.Graph()
+    inp = graph.placeholder("x")
+    folded = graph.call_function(torch.ops.aten.mul.Tensor, (graph.get_attr("shared"), 2.0))
+    live = graph.call_function(torch.ops.aten.add.Tensor, (inp, graph.get_attr("shared")))
+    graph.output((folded, live))
+    return torch.fx.GraphModule(root, graph)
+
+
+with expect_error(RuntimeError, match="references nonexistent attribute shared"):
+    constant_fold(two_reads_of_one_buffer())
+
+# %%
+# **修正** （在 torchao 修好之前）：摺疊之前讓圖對每個屬性只讀一次（把每個重複的 ``get_attr``
+# 的使用者改接到第一個）。說明見
+# :ref:`M00-4 · 改圖 <sphx_glr_lessons_m00_graphs_m00_4_graph_surgery.py>`。
+
+gm = two_reads_of_one_buffer()
+first = {}
+for node in list(gm.graph.find_nodes(op="get_attr")):
+    if node.target in first:
+        node.replace_all_uses_with(first[node.target])
+        gm.graph.erase_node(node)
+    else:
+        first[node.target] = node
+gm.recompile()
+constant_fold(gm)
+doubled, added = gm(torch.ones(4))
+assert torch.equal(doubled, torch.arange(4.0) * 2) and torch.equal(added, torch.arange(4.0) + 1)
+
+# %%
+# 下一頁
+# ------
+# :ref:`疑難排解：lowering 與速度
+# <sphx_glr_lessons_troubleshooting_m99_3_lowering_and_speed.py>`。

@@ -301,6 +301,9 @@ assert torch.equal(from_unguarded, eager), "check_guards changes the checks, not
 #   the graph signature, dynamic shapes and strict versus non-strict tracing.
 # - `torch.fx <https://docs.pytorch.org/docs/stable/fx.html>`_: ``GraphModule`` and its
 #   generated code.
+# - :ref:`Troubleshooting: imports and export
+#   <sphx_glr_lessons_troubleshooting_m99_1_imports_and_export.py>` —
+#   the same failure, found by its error message
 #
 # Next
 # ----

@@ -313,6 +313,9 @@ assert strict_conv.meta["source_fn_stack"][-1][1] is torch.nn.Conv2d, "strict: t
 #   fields.
 # - `torch.export <https://docs.pytorch.org/docs/stable/export.html>`_: the IR it produces,
 #   with the node metadata it records.
+# - :ref:`Troubleshooting: imports and export
+#   <sphx_glr_lessons_troubleshooting_m99_1_imports_and_export.py>` —
+#   the same failure, found by its error message
 #
 # Next
 # ----

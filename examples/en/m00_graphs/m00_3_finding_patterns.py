@@ -412,6 +412,12 @@ assert get_source_partitions(functional.graph, ["conv2d"]), "'conv2d' as a strin
 #   structures all three ways walk.
 # - `torch.export <https://docs.pytorch.org/docs/stable/export.html>`_: strict and non-strict
 #   export, and the node metadata they record.
+# - :ref:`Troubleshooting: prepare and convert
+#   <sphx_glr_lessons_troubleshooting_m99_2_prepare_and_convert.py>` —
+#   the same failure, found by its error message
+# - :ref:`Troubleshooting: imports and export
+#   <sphx_glr_lessons_troubleshooting_m99_1_imports_and_export.py>` —
+#   the same failure, found by its error message
 #
 # Next
 # ----

@@ -368,6 +368,9 @@ with torch.no_grad():
 #   ``GraphModule`` and the graph-manipulation API.
 # - `torch.export <https://docs.pytorch.org/docs/stable/export.html>`_: what ``.module()``
 #   returns, guards included.
+# - :ref:`Troubleshooting: prepare and convert
+#   <sphx_glr_lessons_troubleshooting_m99_2_prepare_and_convert.py>` —
+#   the same failure, found by its error message
 #
 # Next
 # ----

@@ -415,6 +415,9 @@ for stage, counts in stages.items():
 # - `PT2E quantization overview (torchao) <https://docs.pytorch.org/ao/stable/pt2e_quantization/index.html>`_
 # - `PyTorch 2 Export post-training quantization (torchao) <https://docs.pytorch.org/ao/stable/pt2e_quantization/pt2e_quant_ptq.html>`_
 # - `torch.export <https://docs.pytorch.org/docs/stable/export.html>`_
+# - :ref:`Troubleshooting: imports and export
+#   <sphx_glr_lessons_troubleshooting_m99_1_imports_and_export.py>` —
+#   the same failure, found by its error message
 #
 # Next
 # ----

@@ -476,6 +476,9 @@ fig.tight_layout()
 # ---------------
 # - `PT2E quantization overview (torchao) <https://docs.pytorch.org/ao/stable/pt2e_quantization/index.html>`_
 # - `PyTorch 2 Export quantization with the X86 backend (torchao) <https://docs.pytorch.org/ao/stable/pt2e_quantization/pt2e_quant_x86_inductor.html>`_
+# - :ref:`Troubleshooting: prepare and convert
+#   <sphx_glr_lessons_troubleshooting_m99_2_prepare_and_convert.py>` —
+#   the same failure, found by its error message
 #
 # Next
 # ----

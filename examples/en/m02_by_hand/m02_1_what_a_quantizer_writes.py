@@ -366,6 +366,11 @@ draw(quantized, highlight=qdq, title="Step 7: torchao's convert_pt2e with Course
 #   (torchao)
 # - `How to write a Quantizer for PyTorch 2 Export Quantization
 #   <https://docs.pytorch.org/tutorials/prototype/pt2e_quantizer.html>`__
+# - :ref:`M05-1 · What the quantizer sees in attention
+#   <sphx_glr_lessons_m05_transformers_m05_1_attention.py>` — the same question on a transformer
+# - :ref:`Troubleshooting: imports and export
+#   <sphx_glr_lessons_troubleshooting_m99_1_imports_and_export.py>` —
+#   the same failure, found by its error message
 
 # %%
 # **Next**: :ref:`M02-2 · prepare by hand <sphx_glr_lessons_m02_by_hand_m02_2_prepare_by_hand.py>`

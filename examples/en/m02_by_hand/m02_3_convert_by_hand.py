@@ -326,6 +326,9 @@ assert same, "handmade.convert is bit-exact with convert_pt2e"
 # - `torch.fx: Graph and GraphModule <https://docs.pytorch.org/docs/stable/fx.html>`__
 # - `PT2E Quantization <https://docs.pytorch.org/ao/stable/pt2e_quantization/index.html>`__
 #   (torchao)
+# - :ref:`Troubleshooting: prepare and convert
+#   <sphx_glr_lessons_troubleshooting_m99_2_prepare_and_convert.py>` —
+#   the same failure, found by its error message
 
 # %%
 # **Next**: :ref:`M02-4 · writing a quantizer for a new backend

@@ -481,6 +481,12 @@ assert torch.equal(strict[0](*fresh), strict[1](*fresh)), "strict export: works,
 # - `How to Write a Quantizer for PyTorch 2 Export Quantization
 #   <https://docs.pytorch.org/tutorials/prototype/pt2e_quantizer.html>`_
 # - `torch.export <https://docs.pytorch.org/docs/stable/export.html>`_ (strict and non-strict)
+# - :ref:`M06-1 · The XNNPACK quantizer
+#   <sphx_glr_lessons_m06_executorch_m06_1_xnnpack_quantizer.py>` —
+#   another backend's quantizer, for ExecuTorch
+# - :ref:`Troubleshooting: prepare and convert
+#   <sphx_glr_lessons_troubleshooting_m99_2_prepare_and_convert.py>` —
+#   the same failure, found by its error message
 #
 # Next
 # ----

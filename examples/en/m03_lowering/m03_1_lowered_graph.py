@@ -399,6 +399,12 @@ for path, (vnni, full, seven) in rows.items():
 # - `PyTorch 2 Export Quantization with X86 Backend through Inductor
 #   <https://docs.pytorch.org/ao/stable/tutorials_source/pt2e_quant_x86_inductor.html>`_
 # - `torch.fx Interpreter <https://docs.pytorch.org/docs/stable/fx.html#the-interpreter-pattern>`_
+# - :ref:`Troubleshooting: lowering and speed
+#   <sphx_glr_lessons_troubleshooting_m99_3_lowering_and_speed.py>` —
+#   the same failure, found by its error message
+# - :ref:`Troubleshooting: accuracy, eval and QAT
+#   <sphx_glr_lessons_troubleshooting_m99_4_accuracy_and_qat.py>` —
+#   the same failure, found by its error message
 #
 # Next
 # ----

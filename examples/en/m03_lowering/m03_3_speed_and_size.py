@@ -281,6 +281,13 @@ assert int8_bytes <= 0.3 * fp32_bytes, "int8 weights take a quarter of the bytes
 # - `PyTorch 2 Export Quantization with X86 Backend through Inductor
 #   <https://docs.pytorch.org/ao/stable/tutorials_source/pt2e_quant_x86_inductor.html>`_
 # - `torch.export.save <https://docs.pytorch.org/docs/stable/export.html#torch.export.save>`_
+# - :ref:`M03-4 · Shipping an int8 model
+#   <sphx_glr_lessons_m03_lowering_m03_4_shipping.py>` — saving and serving the int8 model
+# - :ref:`M06-3 · The .pte, inside out
+#   <sphx_glr_lessons_m06_executorch_m06_3_pte_inside_out.py>` — the edge route: int8 in a .pte file
+# - :ref:`Troubleshooting: lowering and speed
+#   <sphx_glr_lessons_troubleshooting_m99_3_lowering_and_speed.py>` —
+#   the same failure, found by its error message
 #
 # Next
 # ----

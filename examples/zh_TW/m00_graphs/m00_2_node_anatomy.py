@@ -106,7 +106,9 @@ assert all(isinstance(t, str) for t in other_targets), "其他種類的 target �
 flatten = nodes["flatten"]
 print(f"{flatten.target.name()}   overloadpacket: {flatten.target.overloadpacket}")
 assert flatten.target == torch.ops.aten.flatten.using_ints, "是 using_ints，不是 .default"
-assert flatten.target.overloadpacket == torch.ops.aten.flatten, "overloadpacket 涵蓋 flatten 的每個 overload"
+assert flatten.target.overloadpacket == torch.ops.aten.flatten, (
+    "overloadpacket 涵蓋 flatten 的每個 overload"
+)
 
 # %%
 # 步驟 3 — args 與 kwargs：node 讀取什麼
@@ -133,7 +135,9 @@ pool = nodes["max_pool2d"]
 print(f"conv2d.all_input_nodes     = {conv.all_input_nodes}")
 print(f"max_pool2d.args            = {pool.args}")
 print(f"max_pool2d.all_input_nodes = {pool.all_input_nodes}")
-assert conv.all_input_nodes == [a for a in conv.args if isinstance(a, torch.fx.Node)], "all_input_nodes 就是 args 裡的 node"
+assert conv.all_input_nodes == [a for a in conv.args if isinstance(a, torch.fx.Node)], (
+    "all_input_nodes 就是 args 裡的 node"
+)
 assert pool.args[1:] == ([2, 2], [2, 2]), "kernel 大小 2、stride 2"
 assert pool.all_input_nodes == [nodes["relu"]], "它唯一的輸入 node 是 relu"
 
@@ -188,7 +192,9 @@ for node, real in interpreter.env.items():
     if isinstance(real, torch.Tensor) and node.op == "call_function":
         print(f"{node.name:11} 假 {tuple(fake.shape)!s:16} 真 {tuple(real.shape)}")
     if isinstance(real, torch.Tensor):
-        assert fake.shape == real.shape and fake.dtype == real.dtype, f"{node.name}：fake 與真實張量的形狀、dtype 相同"
+        assert fake.shape == real.shape and fake.dtype == real.dtype, (
+            f"{node.name}：fake 與真實張量的形狀、dtype 相同"
+        )
 
 # %%
 # 注意 ``meta["val"]`` 裡的 batch 大小是 2，也就是範例輸入的 batch：
@@ -222,7 +228,9 @@ assert flatten_stack == [("", "common.models.SmallCNN")], "由根模組自己的
 print(f"meta 裡有 source_fn_stack 嗎？{'source_fn_stack' in conv.meta}")
 for node in calls:
     print(f"{node.name:11} torch_fn={node.meta['torch_fn']}")
-assert not any("source_fn_stack" in node.meta for node in gm.graph.nodes), "沒有填入 source_fn_stack"
+assert not any("source_fn_stack" in node.meta for node in gm.graph.nodes), (
+    "沒有填入 source_fn_stack"
+)
 assert conv.meta["torch_fn"][1] == "builtin_function_or_method.conv2d", "改為記錄 torch_fn"
 
 # %%
@@ -306,6 +314,8 @@ assert strict_conv.meta["source_fn_stack"][-1][1] is torch.nn.Conv2d, "strict �
 # - `torch.fx <https://docs.pytorch.org/docs/stable/fx.html>`_：``Node`` 類別與它的欄位。
 # - `torch.export <https://docs.pytorch.org/docs/stable/export.html>`_：它產生的 IR，
 #   以及記在 node 上的 metadata。
+# - :ref:`疑難排解：匯入與 export
+#   <sphx_glr_lessons_troubleshooting_m99_1_imports_and_export.py>`：同樣的錯誤，依錯誤訊息查
 #
 # 下一課
 # ------

@@ -359,6 +359,8 @@ with torch.no_grad():
 #   ``GraphModule`` 與改圖的 API。
 # - `torch.export <https://docs.pytorch.org/docs/stable/export.html>`_：``.module()``
 #   回傳的是什麼，包括 guard。
+# - :ref:`疑難排解：prepare 與 convert
+#   <sphx_glr_lessons_troubleshooting_m99_2_prepare_and_convert.py>`：同樣的錯誤，依錯誤訊息查
 #
 # 下一課
 # ------

@@ -463,6 +463,8 @@ fig.tight_layout()
 # --------
 # - `PT2E 量化總覽（torchao） <https://docs.pytorch.org/ao/stable/pt2e_quantization/index.html>`_
 # - `PyTorch 2 Export 量化搭配 X86 後端（torchao） <https://docs.pytorch.org/ao/stable/pt2e_quantization/pt2e_quant_x86_inductor.html>`_
+# - :ref:`疑難排解：prepare 與 convert
+#   <sphx_glr_lessons_troubleshooting_m99_2_prepare_and_convert.py>`：同樣的錯誤，依錯誤訊息查
 #
 # 下一課
 # ------

@@ -319,6 +319,8 @@ assert same, "handmade.convert 和 convert_pt2e 逐位元相同"
 # - `torch.fx: Graph and GraphModule <https://docs.pytorch.org/docs/stable/fx.html>`__
 # - `PT2E Quantization <https://docs.pytorch.org/ao/stable/pt2e_quantization/index.html>`__
 #   （torchao）
+# - :ref:`疑難排解：prepare 與 convert
+#   <sphx_glr_lessons_troubleshooting_m99_2_prepare_and_convert.py>`：同樣的錯誤，依錯誤訊息查
 
 # %%
 # **下一課**：:ref:`M02-4 · 為新後端寫 quantizer

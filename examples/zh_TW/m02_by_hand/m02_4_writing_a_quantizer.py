@@ -477,6 +477,11 @@ assert torch.equal(strict[0](*fresh), strict[1](*fresh)), "strict 匯出：可�
 # - `How to Write a Quantizer for PyTorch 2 Export Quantization
 #   <https://docs.pytorch.org/tutorials/prototype/pt2e_quantizer.html>`_
 # - `torch.export <https://docs.pytorch.org/docs/stable/export.html>`_ （strict 與 non-strict）
+# - :ref:`M06-1 · XNNPACK quantizer
+#   <sphx_glr_lessons_m06_executorch_m06_1_xnnpack_quantizer.py>`：
+#   另一個後端的 quantizer（ExecuTorch）
+# - :ref:`疑難排解：prepare 與 convert
+#   <sphx_glr_lessons_troubleshooting_m99_2_prepare_and_convert.py>`：同樣的錯誤，依錯誤訊息查
 #
 # 下一課
 # ------

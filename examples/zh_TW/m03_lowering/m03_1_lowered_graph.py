@@ -396,6 +396,10 @@ for path, (vnni, full, seven) in rows.items():
 # - `PyTorch 2 Export Quantization with X86 Backend through Inductor
 #   <https://docs.pytorch.org/ao/stable/tutorials_source/pt2e_quant_x86_inductor.html>`_
 # - `torch.fx Interpreter <https://docs.pytorch.org/docs/stable/fx.html#the-interpreter-pattern>`_
+# - :ref:`疑難排解：lowering 與速度
+#   <sphx_glr_lessons_troubleshooting_m99_3_lowering_and_speed.py>`：同樣的錯誤，依錯誤訊息查
+# - :ref:`疑難排解：準確度、eval 與 QAT
+#   <sphx_glr_lessons_troubleshooting_m99_4_accuracy_and_qat.py>`：同樣的錯誤，依錯誤訊息查
 #
 # 下一課
 # ------

@@ -274,6 +274,12 @@ assert int8_bytes <= 0.3 * fp32_bytes, "int8 weight 只佔四分之一的位元�
 # - `PyTorch 2 Export Quantization with X86 Backend through Inductor
 #   <https://docs.pytorch.org/ao/stable/tutorials_source/pt2e_quant_x86_inductor.html>`_
 # - `torch.export.save <https://docs.pytorch.org/docs/stable/export.html#torch.export.save>`_
+# - :ref:`M03-4 · 部署 int8 模型 <sphx_glr_lessons_m03_lowering_m03_4_shipping.py>`：
+#   儲存並部署 int8 模型
+# - :ref:`M06-3 · 由內而外看 .pte
+#   <sphx_glr_lessons_m06_executorch_m06_3_pte_inside_out.py>`：邊緣裝置的路線：裝進 .pte 檔的 int8
+# - :ref:`疑難排解：lowering 與速度
+#   <sphx_glr_lessons_troubleshooting_m99_3_lowering_and_speed.py>`：同樣的錯誤，依錯誤訊息查
 #
 # 下一課
 # ------

@@ -40,6 +40,7 @@ API_MODULES = (
     "common.expect",
     "common.cpu",
     "common.timing",
+    "common.numerics",
     "common.charts",
     "common.gallery",
 )

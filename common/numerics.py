@@ -5,7 +5,7 @@ import copy
 import torch
 from torch.nn.utils.fusion import fuse_conv_bn_eval
 
-__all__ = ["DIGITS_CONV_BN", "fold_batch_norm", "record", "sqnr"]
+__all__ = ["DIGITS_CONV_BN", "fold_batch_norm", "int8_conv_steps", "record", "sqnr"]
 
 #: The (conv, BatchNorm) module pairs of ``common.data.DigitsCNN``.
 DIGITS_CONV_BN = (("conv1", "bn1"), ("conv2", "bn2"), ("conv3", "bn3"))
@@ -109,3 +109,80 @@ def fold_batch_norm(model: torch.nn.Module, *, pairs=DIGITS_CONV_BN) -> torch.nn
         folded.set_submodule(conv, fuse_conv_bn_eval(modules[conv], modules[bn]))
         folded.set_submodule(bn, torch.nn.Identity())
     return folded
+
+
+def int8_conv_steps(simulated: torch.fx.GraphModule, x: torch.Tensor) -> list:
+    """Lower ``simulated`` to oneDNN int8 ops and compare each conv with its q/dq version.
+
+    Each int8 conv of the lowered graph gets the very uint8 input its q/dq twin got, so the
+    two differ only by how the conv is computed: the q/dq graph in float, oneDNN in integers
+    on this process's kernel path (run it under ``common.cpu.run_under_isa`` to see another).
+    Exact int32 sums leave at most one step, a rounding at a half-step; more is saturation.
+    The lowered conv's output is a full uint8, so values above a reduced ``quant_max`` are
+    clipped to it before comparing, as the q/dq graph does.
+
+    Args:
+        simulated: a q/dq model from ``convert_pt2e`` with the x86 quantizer, every conv
+            followed by its output quantize (with or without a ReLU between).
+        x: its input.
+
+    Returns:
+        list: one dict per conv in graph order: ``{"conv": node name, "max_steps": int,
+        "share": fraction of outputs more than one step apart, "values": output count}``.
+
+    Raises:
+        ValueError: if ``simulated`` is not such a q/dq graph, or its lowering does not make
+            one int8 conv per conv.
+    """
+    from torchao.quantization.pt2e.lowering import lower_pt2e_quantized_to_x86
+
+    from common.lowering import reshape_views
+
+    def after(node):  # conv -> (relu) -> quantize
+        while "quantize_per_tensor" not in node.name:
+            node = next(iter(node.users))
+        return node
+
+    convs = [n for n in simulated.graph.nodes if n.target is torch.ops.aten.conv2d.default]
+    if not convs or any("dequantize" not in conv.args[0].name for conv in convs):
+        raise ValueError(
+            "expected a q/dq graph whose every aten conv2d reads a dequantize: pass a "
+            "convert_pt2e model quantized with X86InductorQuantizer"
+        )
+    lowered = lower_pt2e_quantized_to_x86(simulated, (x,))
+    reshape_views(lowered)
+    qconvs = [n for n in lowered.graph.nodes if "qconv" in str(n.target)]
+    if len(qconvs) != len(convs):
+        raise ValueError(
+            f"expected one int8 conv per conv ({len(convs)}), the lowering made {len(qconvs)}: "
+            f"pass a convert_pt2e model quantized with X86InductorQuantizer"
+        )
+    reference = record(simulated, x)
+    inputs = {q: reference[c.args[0].args[0].name] for q, c in zip(qconvs, convs, strict=True)}
+    outputs = {}
+
+    class SameInputs(torch.fx.Interpreter):
+        def run_node(self, node):
+            if node not in inputs:
+                return super().run_node(node)
+            args, kwargs = self.fetch_args_kwargs_from_env(node)
+            outputs[node] = result = node.target(inputs[node], *args[1:], **kwargs)
+            return result
+
+    with torch.no_grad():
+        SameInputs(lowered).run(x)
+    steps = []
+    for qconv, conv in zip(qconvs, convs, strict=True):
+        quantize = after(conv)
+        low, high = quantize.args[3], quantize.args[4]
+        expected = reference[quantize.name].int()
+        gap = (outputs[qconv].int().clamp(low, high) - expected).abs()
+        steps.append(
+            {
+                "conv": conv.name,
+                "max_steps": gap.max().item(),
+                "share": (gap > 1).float().mean().item(),
+                "values": gap.numel(),
+            }
+        )
+    return steps

@@ -41,6 +41,7 @@ API_MODULES = (
     "common.expect",
     "common.cpu",
     "common.timing",
+    "common.numerics",
     "common.charts",
 )
 

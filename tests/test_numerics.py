@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from common.data import DigitsCNN
-from common.numerics import fold_batch_norm, record, sqnr
+from common.numerics import fold_batch_norm, int8_conv_steps, record, sqnr
 
 
 def _trained_like_digits_cnn():
@@ -87,3 +87,34 @@ def test_fold_batch_norm_computes_the_same_function_and_leaves_the_model_alone()
 def test_fold_batch_norm_refuses_names_that_are_not_a_conv_and_its_batch_norm(pairs):
     with pytest.raises(ValueError, match=r"must name a Conv2d and a BatchNorm2d.*conv1, conv2"):
         fold_batch_norm(DigitsCNN().eval(), pairs=pairs)
+
+
+def _digits_q_dq(*, reduce_range):
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+    from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as x86
+
+    from common.data import digits, export_digits_model
+
+    config = x86.get_default_x86_inductor_quantization_config(reduce_range=reduce_range)
+    quantizer = x86.X86InductorQuantizer().set_global(config)
+    prepared = prepare_pt2e(export_digits_model(_trained_like_digits_cnn()), quantizer)
+    with torch.no_grad():
+        prepared(digits("calibration")[0][:32])
+    return convert_pt2e(prepared)
+
+
+def test_int8_conv_steps_compares_every_conv_and_reduce_range_stays_within_one_step():
+    from common.data import digits
+
+    steps = int8_conv_steps(_digits_q_dq(reduce_range=True), digits("test")[0][:64])
+    assert [s["conv"] for s in steps] == ["conv2d", "conv2d_1", "conv2d_2"]
+    assert all(s["max_steps"] <= 1 and s["share"] == 0 for s in steps), steps
+    assert [s["values"] for s in steps] == [64 * 8 * 64, 64 * 16 * 64, 64 * 16 * 16]
+
+
+def test_int8_conv_steps_refuses_a_graph_that_is_not_quantized():
+    from common.data import digits
+
+    float_graph = torch.fx.symbolic_trace(_trained_like_digits_cnn())
+    with pytest.raises(ValueError, match="every aten conv2d reads a dequantize"):
+        int8_conv_steps(float_graph, digits("test")[0][:4])

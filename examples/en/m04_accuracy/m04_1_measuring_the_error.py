@@ -35,15 +35,14 @@ same numbers to the last bit.
 # differently and train slightly different weights, so the weights are cached per kernel path
 # (``describe().kernel_path``), and every assert below holds on either path.
 
-import copy
-
 import matplotlib.pyplot as plt
 import torch
-from torch.nn.utils.fusion import fuse_conv_bn_eval
 
 from common.charts import use_course_style
 from common.cpu import describe
 from common.data import SPLITS, accuracy, digits, export_digits_model, train_digits_cnn
+from common.numerics import fold_batch_norm, record
+from common.numerics import sqnr as shared_sqnr
 from common.pt2e import quiet, x86_quantizer
 from common.viz import draw
 
@@ -65,23 +64,10 @@ print(describe().verdict)
 
 
 # %%
-# Helpers: ``record`` runs a graph with ``torch.fx.Interpreter`` and keeps the output of every
-# node under its name; ``sqnr`` is the formula of step 3; ``fold_batch_norm`` folds each
-# BatchNorm into the conv before it, in the eager model.
-
-
-def record(gm, x):
-    """Run ``gm`` on ``x``; return {node name: output tensor} for every node."""
-    outputs = {}
-
-    class Recorder(torch.fx.Interpreter):
-        def run_node(self, node):
-            outputs[node.name] = result = super().run_node(node)
-            return result
-
-    with torch.no_grad():
-        Recorder(gm).run(x)
-    return outputs
+# Helpers: ``sqnr`` is the formula of step 3, written out here because it is this lesson's
+# subject. ``record`` (run a graph with ``torch.fx.Interpreter``, keep every node's output
+# under its name) and ``fold_batch_norm`` (fold each BatchNorm into the conv before it, in the
+# eager model) come from ``common.numerics``, where M04-2 and M04-3 find them too.
 
 
 def sqnr(signal, noisy):
@@ -89,15 +75,6 @@ def sqnr(signal, noisy):
     return 20 * torch.log10(
         torch.linalg.vector_norm(signal) / torch.linalg.vector_norm(signal - noisy)
     )
-
-
-def fold_batch_norm(model):
-    """A copy of ``model`` whose BatchNorms are folded into their convs (BN becomes Identity)."""
-    folded = copy.deepcopy(model)
-    for conv, bn in (("conv1", "bn1"), ("conv2", "bn2"), ("conv3", "bn3")):
-        setattr(folded, conv, fuse_conv_bn_eval(getattr(folded, conv), getattr(folded, bn)))
-        setattr(folded, bn, torch.nn.Identity())
-    return folded
 
 
 def quantize(gm):
@@ -162,12 +139,17 @@ for name, value in by_hand.items():
 # %%
 # The order of the arguments matters a little: the numeric debugger of step 4 passes the
 # *quantized* tensor as the signal, so ``by_hand`` did too. With the float tensor as the
-# signal, as textbooks write it, no node moves by more than 0.05 dB.
+# signal, as textbooks write it, no node moves by more than 0.05 dB. The next lessons use
+# ``common.numerics.sqnr``, which is torchao's ``compute_error``: the numbers are the same, bit
+# for bit.
 
 textbook = {name: sqnr(float_outputs[name], int8_outputs[name]).item() for name in layers}
 gap = max(abs(textbook[name] - by_hand[name]) for name in layers)
 print(f"largest difference between the two conventions: {gap:.4f} dB")
 assert gap < 0.05, "at these SQNRs the choice of signal hardly matters"
+assert all(
+    by_hand[name] == shared_sqnr(int8_outputs[name], float_outputs[name]).item() for name in layers
+), "the shared sqnr is this one"
 
 # %%
 # Step 4 — torchao's numeric debugger

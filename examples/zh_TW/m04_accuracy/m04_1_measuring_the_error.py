@@ -34,15 +34,14 @@ CNN，用 ``X86InductorQuantizer`` 的預設設定量化成 int8，再拿 500 �
 # kernel：AVX2 與 AVX-512 的 kernel 加總時捨入不同，訓練出的 weight 也略有不同，所以 weight
 # 依 kernel 路徑（ ``describe().kernel_path`` ）分別快取，而下面每個 assert 在兩條路徑上都成立。
 
-import copy
-
 import matplotlib.pyplot as plt
 import torch
-from torch.nn.utils.fusion import fuse_conv_bn_eval
 
 from common.charts import use_course_style
 from common.cpu import describe
 from common.data import SPLITS, accuracy, digits, export_digits_model, train_digits_cnn
+from common.numerics import fold_batch_norm, record
+from common.numerics import sqnr as shared_sqnr
 from common.pt2e import quiet, x86_quantizer
 from common.viz import draw
 
@@ -64,23 +63,10 @@ print(describe().verdict)
 
 
 # %%
-# 輔助函式：``record`` 用 ``torch.fx.Interpreter`` 執行一張圖，把每個 node 的輸出依名稱留下；
-# ``sqnr`` 是步驟 3 的公式；``fold_batch_norm`` 在 eager 模型裡把每個 BatchNorm 折疊進它前面的
-# conv。
-
-
-def record(gm, x):
-    """在 ``x`` 上執行 ``gm``；回傳每個 node 的 {node 名稱: 輸出張量}。"""
-    outputs = {}
-
-    class Recorder(torch.fx.Interpreter):
-        def run_node(self, node):
-            outputs[node.name] = result = super().run_node(node)
-            return result
-
-    with torch.no_grad():
-        Recorder(gm).run(x)
-    return outputs
+# 輔助函式：``sqnr`` 是步驟 3 的公式，因為它是這一課的主題，所以在這裡親手寫出來。
+# ``record`` （用 ``torch.fx.Interpreter`` 執行一張圖，把每個 node 的輸出依名稱留下）與
+# ``fold_batch_norm`` （在 eager 模型裡把每個 BatchNorm 折疊進它前面的 conv）來自
+# ``common.numerics``，M04-2 與 M04-3 也從那裡取用。
 
 
 def sqnr(signal, noisy):
@@ -88,15 +74,6 @@ def sqnr(signal, noisy):
     return 20 * torch.log10(
         torch.linalg.vector_norm(signal) / torch.linalg.vector_norm(signal - noisy)
     )
-
-
-def fold_batch_norm(model):
-    """``model`` 的副本，BatchNorm 折疊進各自的 conv（BN 換成 Identity）。"""
-    folded = copy.deepcopy(model)
-    for conv, bn in (("conv1", "bn1"), ("conv2", "bn2"), ("conv3", "bn3")):
-        setattr(folded, conv, fuse_conv_bn_eval(getattr(folded, conv), getattr(folded, bn)))
-        setattr(folded, bn, torch.nn.Identity())
-    return folded
 
 
 def quantize(gm):
@@ -160,11 +137,15 @@ for name, value in by_hand.items():
 # %%
 # 參數的順序有一點影響：步驟 4 的數值除錯器把 *量化後* 的張量當作訊號，所以 ``by_hand``
 # 也這麼做。改用課本的寫法、以浮點張量為訊號，沒有一個 node 的差距超過 0.05 dB。
+# 後面幾課用的 ``common.numerics.sqnr`` 就是 torchao 的 ``compute_error``：數字逐位元相同。
 
 textbook = {name: sqnr(float_outputs[name], int8_outputs[name]).item() for name in layers}
 gap = max(abs(textbook[name] - by_hand[name]) for name in layers)
 print(f"兩種寫法的最大差距：{gap:.4f} dB")
 assert gap < 0.05, "在這樣的 SQNR 下，選哪個當訊號幾乎沒有差別"
+assert all(
+    by_hand[name] == shared_sqnr(int8_outputs[name], float_outputs[name]).item() for name in layers
+), "共用的 sqnr 就是這一個"
 
 # %%
 # 步驟 4 — torchao 的數值除錯器

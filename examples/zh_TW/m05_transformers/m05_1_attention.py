@@ -388,6 +388,6 @@ assert torch.equal(mine(*x), lowered(*x)), "輸出相等"
 #
 # 下一課
 # ------
-# :ref:`M05-2 · static 與 dynamic int8
+# :ref:`M05-2 · 靜態與動態 int8
 # <sphx_glr_lessons_m05_transformers_m05_2_static_vs_dynamic.py>` 對訓練好的 ViT，改成每個
 # 批次量化一次活化值，而不是只量化一次。

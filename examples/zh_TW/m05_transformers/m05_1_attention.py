@@ -259,7 +259,7 @@ assert all(a.args[1].args[0].target == qd.dequantize_per_tensor.default for a in
 # ``small_cnn`` lowering 後的圖執行失敗的，是同一個 ``view`` 。
 #
 # 步驟 5 — torch.compile 加上凍結：每個 linear 都預先打包
-# ------------------------------------------------------
+# ----------------------------------------------------------
 # 以凍結（M03-3）編譯 SDPA 模型量化後的第一個 block（來自步驟 1），再數一數 inductor 的
 # int8 模式做了什麼：block 的六個 linear——q、k、v、out、fc1、fc2——全都為 oneDNN 預先打包。
 # 編譯要花好幾秒，所以用一個 block 代表整個模型；SDPA 本身仍是浮點 kernel。（只用一個編譯

@@ -272,7 +272,28 @@ def _edges(gm: torch.fx.GraphModule) -> list[tuple[str, str]]:
     ]
 
 
-def to_dot(gm, *, highlight=(), title=None) -> graphviz.Digraph:
+def _value_colour(value: float, low: float, high: float) -> str:
+    """Red at ``low``, yellow in the middle, green at ``high`` (a hex colour)."""
+    t = 0.5 if high <= low else min(1.0, max(0.0, (value - low) / (high - low)))
+    red, yellow, green = (0xF8, 0x71, 0x71), (0xFD, 0xE0, 0x47), (0x4A, 0xDE, 0x80)
+    a, b, u = (red, yellow, 2 * t) if t < 0.5 else (yellow, green, 2 * t - 1)
+    return "#" + "".join(f"{round(x + (y - x) * u):02x}" for x, y in zip(a, b, strict=True))
+
+
+def _values_legend(title: str | None, name: str, low: float, high: float) -> str:
+    """The title and a low-to-high colour scale as one Graphviz HTML-like label."""
+    cells = "".join(
+        f'<td bgcolor="{_value_colour(v, low, high)}"><font point-size="11">{v:.1f}</font></td>'
+        for v in (low, (low + high) / 2, high)
+    )
+    heading = f'<tr><td colspan="4"><font point-size="15">{html.escape(title)}</font></td></tr>'
+    return (
+        f'<<table border="0" cellspacing="4">{heading if title else ""}<tr>'
+        f'<td><font point-size="12">{html.escape(name)}</font></td>{cells}</tr></table>>'
+    )
+
+
+def to_dot(gm, *, highlight=(), title=None, values=None, value_name="value") -> graphviz.Digraph:
     """Build (without rendering) the Graphviz picture of ``gm.graph``.
 
     ``get_attr`` nodes are folded into the label of each node that reads them, as
@@ -284,10 +305,14 @@ def to_dot(gm, *, highlight=(), title=None) -> graphviz.Digraph:
         gm: a ``torch.fx.GraphModule``.
         highlight: names of nodes to mark (a red, thick border).
         title: text drawn above the graph.
+        values: node name to a number (e.g. an SQNR in dB): those nodes are filled from red
+            (lowest) through yellow to green (highest), a legend shows the scale, and the
+            tooltip gives the number.
+        value_name: what the numbers are, for the legend and the tooltips.
 
     Raises:
         TypeError: if ``gm`` is not a ``GraphModule``.
-        ValueError: if a name in ``highlight`` is not a node of the graph.
+        ValueError: if a name in ``highlight`` or ``values`` is not a node of the graph.
 
     >>> from common.models import example_inputs, get_model
     >>> from common.pt2e import export_module
@@ -308,16 +333,30 @@ def to_dot(gm, *, highlight=(), title=None) -> graphviz.Digraph:
             f"(nodes: {', '.join(sorted(names))})"
         )
     marked = set(highlight)
+    values = dict(values or {})
+    unknown = [name for name in values if name not in names]
+    if unknown:
+        raise ValueError(
+            f"cannot colour {', '.join(map(repr, unknown))}: not a node of this graph "
+            f"(nodes: {', '.join(sorted(names))})"
+        )
+    low, high = (min(values.values()), max(values.values())) if values else (0.0, 0.0)
 
     dot = _digraph()
-    if title:
+    if values:
+        dot.attr(label=_values_legend(title, value_name, low, high), labelloc="t")
+    elif title:
         dot.attr(label=title, labelloc="t", fontsize="15")
     for node in filter(_drawn, nodes):
         kind = _kind(gm, node)
         attrs = dict(_STYLES[kind])
+        tooltip = _tooltip(gm, node, kind)
+        if node.name in values:
+            attrs["fillcolor"] = _value_colour(values[node.name], low, high)
+            tooltip = f"{value_name}: {values[node.name]:.2f}\\n{tooltip}"
         if node.name in marked:
             attrs.update(_HIGHLIGHT)
-        dot.node(node.name, _label(gm, node, kind), tooltip=_tooltip(gm, node, kind), **attrs)
+        dot.node(node.name, _label(gm, node, kind), tooltip=tooltip, **attrs)
     for source, target in _edges(gm):
         dot.edge(source, target)
     return dot
@@ -583,7 +622,7 @@ def to_svg(dot: graphviz.Digraph) -> str:
     return _render_svg(dot)
 
 
-def draw(gm, *, highlight=(), title=None) -> None:
+def draw(gm, *, highlight=(), title=None, values=None, value_name="value") -> None:
     """Draw ``gm.graph``: inline in Jupyter, as a picture on the course site, else rendered.
 
     As a plain script the picture is rendered (so a broken graph still fails) and
@@ -594,13 +633,16 @@ def draw(gm, *, highlight=(), title=None) -> None:
         gm: a ``torch.fx.GraphModule``.
         highlight: names of nodes to mark.
         title: text drawn above the graph.
+        values: node name to a number, drawn as a colour with a legend (see ``to_dot``).
+        value_name: what the numbers are.
 
     Raises:
         TypeError: if ``gm`` is not a ``GraphModule``.
-        ValueError: if a name in ``highlight`` is not a node of the graph.
+        ValueError: if a name in ``highlight`` or ``values`` is not a node of the graph.
         GraphvizMissingError: if Graphviz's ``dot`` is not installed.
     """
-    svg = _render_svg(to_dot(gm, highlight=highlight, title=title))
+    dot = to_dot(gm, highlight=highlight, title=title, values=values, value_name=value_name)
+    svg = _render_svg(dot)
     _show(svg, describe(gm, title=title))
 
 

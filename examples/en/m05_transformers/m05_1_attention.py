@@ -43,6 +43,7 @@ import torch
 from torch import nn
 from torch.fx.passes.utils.source_matcher_utils import get_source_partitions
 
+from common.cpu import describe
 from common.data import digits, export_digits_model
 from common.models import DigitsViT, SelfAttention, get_model
 from common.pt2e import export_module, quiet, x86_quantizer
@@ -283,13 +284,19 @@ print({k: v for k, v in inductor.items() if k.endswith(("prepack_matcher_count",
 assert inductor["qlinear_weight_prepack_matcher_count"] == 6, "q, k, v, out, fc1, fc2"
 
 # %%
-# The compiled block runs real int8 kernels; its output agrees with the simulated block's
-# to rounding (M03-1 explains where the two can differ).
+# The compiled block runs real int8 kernels. With VNNI its output agrees with the simulated
+# block's to rounding; without it, oneDNN adds pairs of uint8 × int8 products in 16 bits,
+# which can saturate (M03-1), and the agreement is looser. The verdict line says which
+# case this page was built on.
 
 noise = (compiled_out - simulated_out).pow(2).mean()
 sqnr = 10 * torch.log10(simulated_out.pow(2).mean() / noise).item()
+cpu = describe()
+print(cpu.verdict)
 print(f"compiled int8 vs q/dq block: SQNR {sqnr:.1f} dB")
-assert sqnr > 30, "the same int8 computation, rounded differently at most"
+assert sqnr > 20, "the same int8 computation"
+if cpu.vnni:
+    assert sqnr > 60, "with VNNI: rounded differently at most"
 
 # %%
 # Step 6 — A class token on constants only

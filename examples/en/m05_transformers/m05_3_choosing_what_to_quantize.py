@@ -1,0 +1,359 @@
+"""
+M05-3 Choosing what to quantize
+===============================
+
+``X86InductorQuantizer`` takes a config per module name, per module type and per function,
+and ``None`` leaves those nodes in float. That is the tool for a layer that int8 hurts — but
+first find the layer. This lesson plants one outlier channel in the trained digits ViT (the
+float model computes the same function), finds the layer it hurts twice, by leaving each
+layer in float in turn and with torchao's numeric debugger, colours the graph by SQNR, and
+then fixes the layer without any float fallback: SmoothQuant, by hand, moves the outlier's
+scale from the activation into the next linear's weight.
+
+**What you will learn**
+
+- How ``set_module_name_qconfig``, ``set_module_type_qconfig`` and
+  ``set_function_type_qconfig`` with ``None`` leave parts of a model in float
+- How a sensitivity loop and the numeric debugger point at the same layer
+- How SmoothQuant keeps the float function and makes the activation easy to quantize
+
+**Prerequisites**: :ref:`M04-1 · measuring the error
+<sphx_glr_lessons_m04_accuracy_m04_1_measuring_the_error.py>`, :ref:`M00-4 · graph surgery
+<sphx_glr_lessons_m00_graphs_m00_4_graph_surgery.py>`, :ref:`M05-1 · what the quantizer sees
+in attention <sphx_glr_lessons_m05_transformers_m05_1_attention.py>`.
+"""
+
+# SPDX-License-Identifier: BSD-3-Clause
+# sphinx_gallery_thumbnail_number = 1
+
+# %%
+# Setup
+# -----
+# The digits ViT of M05-1, trained (``common.data.train_digits_vit``, cached in ``build/``),
+# with separate q/k/v linears. Calibration uses 64 calibration images; the errors are
+# measured on the 500 test images, against the float model's logits.
+
+import copy
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from common.cpu import describe
+from common.data import accuracy, digits, export_digits_model, train_digits_vit
+from common.pt2e import quiet
+from common.viz import draw
+
+quiet()
+
+from torchao.quantization.pt2e import (
+    compare_results,
+    extract_results_from_loggers,
+    generate_numeric_debug_handle,
+    prepare_for_propagation_comparison,
+)
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer
+from torchao.quantization.utils import compute_error
+
+model = train_digits_vit()
+calibration, _ = digits("calibration")
+calibration = calibration[:64]
+test_images, _ = digits("test")
+aten, qd = torch.ops.aten, torch.ops.quantized_decomposed
+
+# %%
+# Helpers: ``quantizer()`` is the default static config under ``set_global``; ``quantize``
+# runs prepare, calibration and convert on a copy of a float graph; ``int8_layers`` lists the
+# modules whose conv or linear reads an int8 weight; ``errors`` gives the accuracy and the
+# SQNR of the logits against a float reference; ``tensor_results`` keeps the debugger's
+# records of tensors (the graph also logs the batch size, a ``sym_size`` node); ``Amax``
+# runs a graph node by node (``torch.fx.Interpreter``) and keeps the largest absolute value
+# of each channel of the nodes it is told to watch.
+
+
+def quantizer():
+    config = x86_inductor_quantizer.get_default_x86_inductor_quantization_config()
+    return x86_inductor_quantizer.X86InductorQuantizer().set_global(config)
+
+
+def quantize(float_gm, q):
+    prepared = prepare_pt2e(copy.deepcopy(float_gm), q)
+    with torch.no_grad():
+        prepared(calibration)
+    return convert_pt2e(prepared)
+
+
+def int8_layers(gm) -> list[str]:
+    layers = []
+    for node in gm.graph.nodes:
+        if node.target in (aten.linear.default, aten.conv2d.default):
+            if node.args[1].target == qd.dequantize_per_channel.default:
+                layers.append(list(node.meta["nn_module_stack"].values())[-1][0])
+    return layers
+
+
+def errors(gm, reference) -> tuple[float, float]:
+    """(accuracy, SQNR in dB of the logits against ``reference``) on the test images."""
+    with torch.no_grad():
+        logits = gm(test_images)
+    return accuracy(gm), compute_error(reference(test_images), logits).item()
+
+
+def tensor_results(logged):
+    results = extract_results_from_loggers(logged)
+    return {key: row for key, row in results.items() if isinstance(row[2][0], torch.Tensor)}
+
+
+class Amax(torch.fx.Interpreter):
+    def __init__(self, gm, watched):
+        super().__init__(gm)
+        self.watched, self.amax = set(watched), {}
+
+    def run_node(self, node):
+        value = super().run_node(node)
+        if node.name in self.watched:
+            channels = value.detach().abs().flatten(0, -2).amax(dim=0)
+            seen = self.amax.get(node.name, torch.zeros_like(channels))
+            self.amax[node.name] = torch.maximum(seen, channels)
+        return value
+
+
+# %%
+# Step 1 — Leave parts of the model in float
+# ------------------------------------------
+# The default config gives int8 weights to all 14 layers: the patch embedding's conv and 13
+# linears. Each setter below takes ``None`` for "leave it in float", and the quantizer
+# applies them in a fixed order — module names first, then types and functions, the global
+# config last — never annotating a node twice.
+
+float_gm = export_digits_model(model)
+everything = quantize(float_gm, quantizer())
+print(len(int8_layers(everything)), "layers with int8 weights")
+assert len(int8_layers(everything)) == 14
+
+head_float = quantize(float_gm, quantizer().set_module_name_qconfig("head", None))
+conv_float = quantize(float_gm, quantizer().set_module_type_qconfig(nn.Conv2d, None))
+linears_float = quantize(float_gm, quantizer().set_function_type_qconfig(F.linear, None))
+for label, gm in (
+    ('set_module_name_qconfig("head", None)', head_float),
+    ("set_module_type_qconfig(nn.Conv2d, None)", conv_float),
+    ("set_function_type_qconfig(F.linear, None)", linears_float),
+):
+    print(f"{label:42} {len(int8_layers(gm)):2} int8 layers")
+assert "head" not in int8_layers(head_float) and len(int8_layers(head_float)) == 13
+assert "patch_embed" not in int8_layers(conv_float) and len(int8_layers(conv_float)) == 13
+assert int8_layers(linears_float) == ["patch_embed"], "every linear float, the conv int8"
+
+# %%
+# On the trained model int8 costs nothing a classifier notices: the test accuracy and the
+# logits' SQNR of the fully quantized model.
+
+fp32_accuracy = accuracy(model)
+static_accuracy, static_sqnr = errors(everything, model)
+print(f"fp32 {fp32_accuracy:.3f} | int8 static {static_accuracy:.3f}, {static_sqnr:.1f} dB")
+assert static_accuracy >= fp32_accuracy - 0.01 and static_sqnr > 30
+
+# %%
+# Step 2 — Plant an outlier channel
+# ---------------------------------
+# Large language models have a few activation channels a hundred times larger than the rest
+# (the LLM.int8 and SmoothQuant papers). Plant one: multiply channel 5 of block 0's
+# ``norm2`` (weight and bias) by 100 and divide column 5 of ``fc1``'s weight by 100. The
+# float model computes the same function, to float rounding; ``fc1``'s input now has one
+# channel a hundred times too big for a per-tensor int8 scale.
+
+CHANNEL, FACTOR = 5, 100.0
+planted = copy.deepcopy(model)
+with torch.no_grad():
+    planted.blocks[0].norm2.weight[CHANNEL] *= FACTOR
+    planted.blocks[0].norm2.bias[CHANNEL] *= FACTOR
+    planted.blocks[0].fc1.weight[:, CHANNEL] /= FACTOR
+    torch.testing.assert_close(planted(test_images), model(test_images), atol=1e-4, rtol=0)
+
+# The debugger (Step 4) needs the export marked before it is quantized.
+program = torch.export.export(
+    planted, (calibration[:2],), dynamic_shapes=({0: torch.export.Dim("batch")},)
+)
+generate_numeric_debug_handle(program)
+planted_gm = program.module()
+planted_int8 = quantize(planted_gm, quantizer())
+planted_accuracy, planted_sqnr = errors(planted_int8, model)
+print(f"planted outlier, int8 static: {planted_accuracy:.3f}, {planted_sqnr:.1f} dB")
+assert planted_sqnr < static_sqnr - 10, "the same function, far harder to quantize"
+
+# %%
+# Step 3 — Leave each layer in float in turn
+# ------------------------------------------
+# The sensitivity loop: 14 quantizations, each with one layer left in float by
+# ``set_module_name_qconfig(name, None)``, ranked by the SQNR they give back. One layer
+# stands out: ``blocks.0.fc1``, the linear that reads the outlier.
+
+layers = [name for name, m in planted.named_modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
+gains = {}
+for name in layers:
+    fallback = quantize(planted_gm, quantizer().set_module_name_qconfig(name, None))
+    gains[name] = errors(fallback, model)
+ranking = sorted(gains, key=lambda name: gains[name][1], reverse=True)
+for name in ranking[:4]:
+    acc, sqnr = gains[name]
+    print(f"{name:22} float: accuracy {acc:.3f}, SQNR {sqnr:5.1f} dB ({sqnr - planted_sqnr:+.1f})")
+fallback_accuracy, fallback_sqnr = gains["blocks.0.fc1"]
+assert ranking[0] == "blocks.0.fc1", "the layer behind the outlier"
+assert fallback_sqnr > planted_sqnr + 10 > gains[ranking[1]][1]
+
+# %%
+# Step 4 — The numeric debugger points at the same node
+# -----------------------------------------------------
+# M04-1's four calls give the SQNR after every node of the planted int8 model. The node
+# where it falls most, compared with the node's input, is ``fc1``'s linear.
+
+float_logged = prepare_for_propagation_comparison(planted_gm)
+int8_logged = prepare_for_propagation_comparison(planted_int8)
+with torch.no_grad():
+    float_logged(test_images)
+    int8_logged(test_images)
+comparison = compare_results(tensor_results(float_logged), tensor_results(int8_logged))
+node_sqnr = {info.name: summary.results[0].sqnr.item() for info, summary in comparison.items()}
+nodes = {node.name: node for node in planted_gm.graph.nodes}
+
+
+def fall(name):
+    """How many dB the SQNR loses across a node (its first input's SQNR minus its own)."""
+    source = nodes[name].args[0].name
+    return node_sqnr.get(source, float("inf")) - node_sqnr[name]
+
+
+linear_nodes = [name for name in node_sqnr if nodes[name].target == aten.linear.default]
+steepest = max(linear_nodes, key=fall)
+module = list(nodes[steepest].meta["nn_module_stack"].values())[-1][0]
+print(f"steepest fall: {steepest} ({module}), {fall(steepest):.1f} dB")
+assert module == ranking[0], "the debugger and the sensitivity loop agree"
+
+# %%
+# The float graph coloured by the debugger's SQNR (hover a node for its number): the red
+# starts at block 0's ``fc1`` and does not recover downstream.
+
+finite = {name: sqnr for name, sqnr in node_sqnr.items() if math.isfinite(sqnr)}  # inf: exact
+draw(planted_gm, values=finite, value_name="SQNR dB", title="planted outlier: SQNR per node")
+
+# %%
+# Step 5 — SmoothQuant by hand
+# ----------------------------
+# Falling back to float gives up int8 for that layer. SmoothQuant keeps it: for a linear
+# ``y = x·Wᵀ`` any per-channel ``s`` gives ``y = (x / s)·(W·s)ᵀ``. Choose
+# ``s_j = max|x_j|^α / max|W_j|^(1−α)`` (α = 0.5) and the outlier channel shrinks while the
+# weight column grows, where per-channel weight quantization absorbs it. The ``/ s`` costs
+# nothing: the activation comes out of a LayerNorm, so it folds into the LayerNorm's weight
+# and bias. The M00 moves on the exported graph: find each ``layer_norm`` whose users are all
+# linears (q, k, v share one), read the activation maxima on the calibration images, edit
+# the constants in place.
+
+smoothed = copy.deepcopy(planted_gm)
+pairs = {
+    norm: list(norm.users)
+    for norm in smoothed.graph.find_nodes(op="call_function", target=aten.layer_norm.default)
+    if all(user.target == aten.linear.default for user in norm.users)
+}
+print({norm.name: [user.name for user in users] for norm, users in pairs.items()})
+assert len(pairs) == 4, "norm1 → q, k, v and norm2 → fc1, in both blocks"
+watch = Amax(smoothed, [norm.name for norm in pairs])
+with torch.no_grad():
+    watch.run(calibration)
+    for norm, users in pairs.items():
+        weights = [smoothed.get_parameter(user.args[1].target) for user in users]
+        weight_max = torch.stack([w.abs().amax(dim=0) for w in weights]).amax(dim=0)
+        s = (watch.amax[norm.name].sqrt() / weight_max.sqrt()).clamp(min=1e-5)
+        smoothed.get_parameter(norm.args[2].target).div_(s)  # LayerNorm weight
+        smoothed.get_parameter(norm.args[3].target).div_(s)  # LayerNorm bias
+        for w in weights:
+            w.mul_(s)
+
+# %%
+# The float function is unchanged, to float rounding (1e-4 on logits of size ~10); its int8
+# version recovers the SQNR, and the accuracy, of the model without the outlier — with every
+# layer int8.
+
+with torch.no_grad():
+    torch.testing.assert_close(smoothed(test_images), model(test_images), atol=1e-4, rtol=0)
+smooth_accuracy, smooth_sqnr = errors(quantize(smoothed, quantizer()), model)
+print(f"SmoothQuant, int8 static: {smooth_accuracy:.3f}, {smooth_sqnr:.1f} dB")
+assert smooth_sqnr > planted_sqnr + 15 and smooth_sqnr > static_sqnr - 3
+assert smooth_accuracy >= planted_accuracy
+
+# %%
+# Step 6 — int8 with bfloat16 in between
+# --------------------------------------
+# What stays float in an int8 model (SDPA, LayerNorm, GELU, the softmax) can run in
+# bfloat16: wrap the compiled int8 model in ``torch.autocast("cpu", dtype=torch.bfloat16)``
+# and inductor's int8 patterns produce bf16 outputs ("int8-mixed-bf16"). It pays on CPUs
+# that compute bf16 natively (``avx512_bf16`` or ``amx_bf16``); on others bf16 is emulated
+# and slower than float32. This CPU:
+
+cpu = describe()
+if cpu.bf16:
+    print(f"bf16 native ({cpu.verdict}): int8-mixed-bf16 is worth timing here")
+else:
+    print(f"no native bf16 ({cpu.verdict}): keep the float parts in float32")
+
+# %%
+# Summary
+# -------
+# ===================================  ========================================================
+# model                                accuracy and SQNR of the logits (printed above)
+# ===================================  ========================================================
+# fp32                                 the reference
+# int8 static                          no visible loss
+# planted outlier, int8 static         the same float function, far lower SQNR
+# sensitivity fallback                 ``blocks.0.fc1`` in float gives most of it back
+# SmoothQuant, int8 static             every layer int8, the SQNR of the model without outlier
+# ===================================  ========================================================
+#
+# - ``None`` in ``set_module_name_qconfig`` / ``set_module_type_qconfig`` /
+#   ``set_function_type_qconfig`` leaves those nodes in float; names win over types.
+# - A sensitivity loop and the debugger's per-node SQNR find the same layer.
+# - SmoothQuant divides an activation by ``s`` (folded into the LayerNorm before it) and
+#   multiplies the next linears' weights by ``s``: the same float function, an easy int8 one.
+#
+# Exercises
+# ---------
+# 1. Leave the whole of ``blocks.0`` in float with ``set_module_name_qconfig``. Predict how
+#    many layers keep int8 weights.
+#
+#    .. dropdown:: Solution
+#
+#       .. code-block:: python
+#
+#          block_float = quantize(float_gm, quantizer().set_module_name_qconfig("blocks.0", None))
+#          assert len(int8_layers(block_float)) == 8, "14 minus q, k, v, out, fc1, fc2"
+#
+# 2. Use α = 1 (``s = max|x|``: all of the activation's range moves into the weights) on
+#    ``norm2`` of block 0 only. Predict whether the float output changes.
+#
+#    .. dropdown:: Solution
+#
+#       .. code-block:: python
+#
+#          other = copy.deepcopy(planted_gm)
+#          norm = [n for n in other.graph.nodes if n.target == aten.layer_norm.default][1]
+#          (fc1,) = norm.users
+#          s = watch.amax[norm.name].clamp(min=1e-5)
+#          with torch.no_grad():
+#              other.get_parameter(norm.args[2].target).div_(s)
+#              other.get_parameter(norm.args[3].target).div_(s)
+#              other.get_parameter(fc1.args[1].target).mul_(s)
+#              torch.testing.assert_close(other(test_images), model(test_images), atol=1e-4, rtol=0)
+#
+# Further reading
+# ---------------
+# - Xiao et al., `SmoothQuant <https://arxiv.org/abs/2211.10438>`_
+# - `X86InductorQuantizer source
+#   <https://github.com/pytorch/ao/blob/main/torchao/quantization/pt2e/quantizer/x86_inductor_quantizer.py>`_
+# - `PT2E numeric debugger
+#   <https://docs.pytorch.org/ao/main/tutorials_source/pt2e_quant_numeric_debugger.html>`_
+#
+# Next
+# ----
+# Back to :ref:`M05-1 · what the quantizer sees in attention
+# <sphx_glr_lessons_m05_transformers_m05_1_attention.py>`, or on to the course map.

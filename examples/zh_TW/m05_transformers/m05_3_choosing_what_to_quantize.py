@@ -1,0 +1,349 @@
+"""
+M05-3 選擇要量化什麼
+====================
+
+``X86InductorQuantizer`` 可以依 module 名稱、module 型別和函式分別給設定，給 ``None`` 就把那些
+node 留在浮點數。這是處理「int8 會傷到的那一層」的工具——但要先找到那一層。本課在訓練好的
+digits ViT 裡埋一個離群通道（浮點模型算的仍是同一個函式），用兩種方法找出被它傷到的那一層：
+輪流把每一層留在浮點數，以及 torchao 的數值除錯器；把 SQNR 畫在圖上；最後不靠任何浮點退回就
+修好它：親手做 SmoothQuant，把離群值的 scale 從活化值搬進下一個 linear 的 weight。
+
+**你會學到**
+
+- ``set_module_name_qconfig``、 ``set_module_type_qconfig`` 與
+  ``set_function_type_qconfig`` 搭配 ``None`` 怎麼把模型的一部分留在浮點數
+- 敏感度迴圈與數值除錯器怎麼指向同一層
+- SmoothQuant 怎麼保持浮點函式不變，又讓活化值容易量化
+
+**先備知識**： :ref:`M04-1 · 量測誤差
+<sphx_glr_lessons_m04_accuracy_m04_1_measuring_the_error.py>`、 :ref:`M00-4 · 改圖
+<sphx_glr_lessons_m00_graphs_m00_4_graph_surgery.py>`、 :ref:`M05-1 · quantizer 在 attention
+裡看見什麼 <sphx_glr_lessons_m05_transformers_m05_1_attention.py>`。
+"""
+
+# SPDX-License-Identifier: BSD-3-Clause
+# sphinx_gallery_thumbnail_number = 1
+
+# %%
+# 準備
+# ----
+# M05-1 的 digits ViT，已訓練（ ``common.data.train_digits_vit`` ，快取在 ``build/`` ），
+# q／k／v 是分開的 linear。校準用 64 張校準影像；誤差在 500 張測試影像上量，以浮點模型的
+# logits 為基準。
+
+import copy
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from common.cpu import describe
+from common.data import accuracy, digits, export_digits_model, train_digits_vit
+from common.pt2e import quiet
+from common.viz import draw
+
+quiet()
+
+from torchao.quantization.pt2e import (
+    compare_results,
+    extract_results_from_loggers,
+    generate_numeric_debug_handle,
+    prepare_for_propagation_comparison,
+)
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer
+from torchao.quantization.utils import compute_error
+
+model = train_digits_vit()
+calibration, _ = digits("calibration")
+calibration = calibration[:64]
+test_images, _ = digits("test")
+aten, qd = torch.ops.aten, torch.ops.quantized_decomposed
+
+# %%
+# 輔助函式： ``quantizer()`` 是以 ``set_global`` 設定的預設靜態設定； ``quantize`` 在浮點圖
+# 的副本上做 prepare、校準與 convert； ``int8_layers`` 列出 conv 或 linear 讀 int8 weight
+# 的 module； ``errors`` 傳回準確率，以及 logits 相對浮點基準的 SQNR； ``tensor_results``
+# 只留下除錯器記錄的張量（圖裡也記錄了批次大小，一個 ``sym_size`` node）； ``Amax`` 逐個
+# node 執行圖（ ``torch.fx.Interpreter`` ），記下被指定的 node 每個通道的最大絕對值。
+
+
+def quantizer():
+    config = x86_inductor_quantizer.get_default_x86_inductor_quantization_config()
+    return x86_inductor_quantizer.X86InductorQuantizer().set_global(config)
+
+
+def quantize(float_gm, q):
+    prepared = prepare_pt2e(copy.deepcopy(float_gm), q)
+    with torch.no_grad():
+        prepared(calibration)
+    return convert_pt2e(prepared)
+
+
+def int8_layers(gm) -> list[str]:
+    layers = []
+    for node in gm.graph.nodes:
+        if node.target in (aten.linear.default, aten.conv2d.default):
+            if node.args[1].target == qd.dequantize_per_channel.default:
+                layers.append(list(node.meta["nn_module_stack"].values())[-1][0])
+    return layers
+
+
+def errors(gm, reference) -> tuple[float, float]:
+    """測試影像上的（準確率, logits 相對 ``reference`` 的 SQNR，單位 dB）。"""
+    with torch.no_grad():
+        logits = gm(test_images)
+    return accuracy(gm), compute_error(reference(test_images), logits).item()
+
+
+def tensor_results(logged):
+    results = extract_results_from_loggers(logged)
+    return {key: row for key, row in results.items() if isinstance(row[2][0], torch.Tensor)}
+
+
+class Amax(torch.fx.Interpreter):
+    def __init__(self, gm, watched):
+        super().__init__(gm)
+        self.watched, self.amax = set(watched), {}
+
+    def run_node(self, node):
+        value = super().run_node(node)
+        if node.name in self.watched:
+            channels = value.detach().abs().flatten(0, -2).amax(dim=0)
+            seen = self.amax.get(node.name, torch.zeros_like(channels))
+            self.amax[node.name] = torch.maximum(seen, channels)
+        return value
+
+
+# %%
+# 步驟 1 — 把模型的一部分留在浮點數
+# ----------------------------------
+# 預設設定讓全部 14 層拿到 int8 weight：patch embedding 的 conv 和 13 個 linear。下面每個
+# setter 都接受 ``None`` ，意思是「留在浮點數」；quantizer 依固定順序套用它們——先 module
+# 名稱，再型別與函式，最後是全域設定——同一個 node 不會 annotate 兩次。
+
+float_gm = export_digits_model(model)
+everything = quantize(float_gm, quantizer())
+print(len(int8_layers(everything)), "層拿到 int8 weight")
+assert len(int8_layers(everything)) == 14
+
+head_float = quantize(float_gm, quantizer().set_module_name_qconfig("head", None))
+conv_float = quantize(float_gm, quantizer().set_module_type_qconfig(nn.Conv2d, None))
+linears_float = quantize(float_gm, quantizer().set_function_type_qconfig(F.linear, None))
+for label, gm in (
+    ('set_module_name_qconfig("head", None)', head_float),
+    ("set_module_type_qconfig(nn.Conv2d, None)", conv_float),
+    ("set_function_type_qconfig(F.linear, None)", linears_float),
+):
+    print(f"{label:42} {len(int8_layers(gm)):2} 層 int8")
+assert "head" not in int8_layers(head_float) and len(int8_layers(head_float)) == 13
+assert "patch_embed" not in int8_layers(conv_float) and len(int8_layers(conv_float)) == 13
+assert int8_layers(linears_float) == ["patch_embed"], "linear 全是浮點數，conv 是 int8"
+
+# %%
+# 在訓練好的模型上，int8 沒有造成分類器看得出的損失：全部量化後的測試準確率與 logits 的
+# SQNR。
+
+fp32_accuracy = accuracy(model)
+static_accuracy, static_sqnr = errors(everything, model)
+print(f"fp32 {fp32_accuracy:.3f}｜int8 靜態 {static_accuracy:.3f}，{static_sqnr:.1f} dB")
+assert static_accuracy >= fp32_accuracy - 0.01 and static_sqnr > 30
+
+# %%
+# 步驟 2 — 埋一個離群通道
+# ------------------------
+# 大型語言模型有少數幾個活化值通道比其他大上百倍（見 LLM.int8 與 SmoothQuant 的論文）。這裡
+# 埋一個：把 block 0 的 ``norm2`` 第 5 個通道（weight 與 bias）乘以 100，再把 ``fc1`` 的
+# weight 第 5 欄除以 100。浮點模型算的是同一個函式，只差浮點捨入；但 ``fc1`` 的輸入現在有一個
+# 通道比 per-tensor int8 scale 能容納的大了一百倍。
+
+CHANNEL, FACTOR = 5, 100.0
+planted = copy.deepcopy(model)
+with torch.no_grad():
+    planted.blocks[0].norm2.weight[CHANNEL] *= FACTOR
+    planted.blocks[0].norm2.bias[CHANNEL] *= FACTOR
+    planted.blocks[0].fc1.weight[:, CHANNEL] /= FACTOR
+    torch.testing.assert_close(planted(test_images), model(test_images), atol=1e-4, rtol=0)
+
+# 除錯器（步驟 4）需要在量化之前就標記好的 export。
+program = torch.export.export(
+    planted, (calibration[:2],), dynamic_shapes=({0: torch.export.Dim("batch")},)
+)
+generate_numeric_debug_handle(program)
+planted_gm = program.module()
+planted_int8 = quantize(planted_gm, quantizer())
+planted_accuracy, planted_sqnr = errors(planted_int8, model)
+print(f"埋了離群值，int8 靜態：{planted_accuracy:.3f}，{planted_sqnr:.1f} dB")
+assert planted_sqnr < static_sqnr - 10, "同一個函式，卻難量化得多"
+
+# %%
+# 步驟 3 — 輪流把每一層留在浮點數
+# --------------------------------
+# 敏感度迴圈：量化 14 次，每次用 ``set_module_name_qconfig(name, None)`` 把一層留在浮點數，
+# 依找回的 SQNR 排名。有一層特別突出： ``blocks.0.fc1`` ，讀離群值的那個 linear。
+
+layers = [name for name, m in planted.named_modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
+gains = {}
+for name in layers:
+    fallback = quantize(planted_gm, quantizer().set_module_name_qconfig(name, None))
+    gains[name] = errors(fallback, model)
+ranking = sorted(gains, key=lambda name: gains[name][1], reverse=True)
+for name in ranking[:4]:
+    acc, sqnr = gains[name]
+    print(f"{name:22} 浮點：準確率 {acc:.3f}，SQNR {sqnr:5.1f} dB（{sqnr - planted_sqnr:+.1f}）")
+fallback_accuracy, fallback_sqnr = gains["blocks.0.fc1"]
+assert ranking[0] == "blocks.0.fc1", "離群值後面的那一層"
+assert fallback_sqnr > planted_sqnr + 10 > gains[ranking[1]][1]
+
+# %%
+# 步驟 4 — 數值除錯器指向同一個 node
+# ----------------------------------
+# M04-1 的四個呼叫給出埋了離群值的 int8 模型每個 node 之後的 SQNR。和 node 的輸入相比，
+# SQNR 掉得最多的 node 是 ``fc1`` 的 linear。
+
+float_logged = prepare_for_propagation_comparison(planted_gm)
+int8_logged = prepare_for_propagation_comparison(planted_int8)
+with torch.no_grad():
+    float_logged(test_images)
+    int8_logged(test_images)
+comparison = compare_results(tensor_results(float_logged), tensor_results(int8_logged))
+node_sqnr = {info.name: summary.results[0].sqnr.item() for info, summary in comparison.items()}
+nodes = {node.name: node for node in planted_gm.graph.nodes}
+
+
+def fall(name):
+    """SQNR 經過一個 node 掉了多少 dB（第一個輸入的 SQNR 減去它自己的）。"""
+    source = nodes[name].args[0].name
+    return node_sqnr.get(source, float("inf")) - node_sqnr[name]
+
+
+linear_nodes = [name for name in node_sqnr if nodes[name].target == aten.linear.default]
+steepest = max(linear_nodes, key=fall)
+module = list(nodes[steepest].meta["nn_module_stack"].values())[-1][0]
+print(f"掉得最多：{steepest}（{module}），{fall(steepest):.1f} dB")
+assert module == ranking[0], "除錯器與敏感度迴圈的結論一致"
+
+# %%
+# 依除錯器的 SQNR 上色的浮點圖（滑鼠移到 node 上可看數字）：紅色從 block 0 的 ``fc1`` 開始，
+# 之後一路沒有恢復。
+
+finite = {name: sqnr for name, sqnr in node_sqnr.items() if math.isfinite(sqnr)}  # inf：完全相同
+draw(planted_gm, values=finite, value_name="SQNR dB", title="埋了離群值：每個 node 的 SQNR")
+
+# %%
+# 步驟 5 — 親手做 SmoothQuant
+# ---------------------------
+# 退回浮點數等於放棄那一層的 int8。SmoothQuant 保住它：對 linear ``y = x·Wᵀ`` ，任何
+# per-channel 的 ``s`` 都有 ``y = (x / s)·(W·s)ᵀ`` 。取
+# ``s_j = max|x_j|^α / max|W_j|^(1−α)`` （α = 0.5），離群通道縮小，weight 的那一欄變大，
+# 而 per-channel 的 weight 量化吸收得了它。 ``/ s`` 不花任何成本：活化值來自 LayerNorm，
+# 所以可以併入 LayerNorm 的 weight 與 bias。在 export 出的圖上用 M00 的手法：找出 users
+# 全是 linear 的 ``layer_norm`` （q、k、v 共用一個），在校準影像上讀出活化值的最大值，
+# 直接修改常數。
+
+smoothed = copy.deepcopy(planted_gm)
+pairs = {
+    norm: list(norm.users)
+    for norm in smoothed.graph.find_nodes(op="call_function", target=aten.layer_norm.default)
+    if all(user.target == aten.linear.default for user in norm.users)
+}
+print({norm.name: [user.name for user in users] for norm, users in pairs.items()})
+assert len(pairs) == 4, "兩個 block 各有 norm1 → q、k、v 與 norm2 → fc1"
+watch = Amax(smoothed, [norm.name for norm in pairs])
+with torch.no_grad():
+    watch.run(calibration)
+    for norm, users in pairs.items():
+        weights = [smoothed.get_parameter(user.args[1].target) for user in users]
+        weight_max = torch.stack([w.abs().amax(dim=0) for w in weights]).amax(dim=0)
+        s = (watch.amax[norm.name].sqrt() / weight_max.sqrt()).clamp(min=1e-5)
+        smoothed.get_parameter(norm.args[2].target).div_(s)  # LayerNorm weight
+        smoothed.get_parameter(norm.args[3].target).div_(s)  # LayerNorm bias
+        for w in weights:
+            w.mul_(s)
+
+# %%
+# 浮點函式不變，只差浮點捨入（在大小約 10 的 logits 上容許 1e-4）；它的 int8 版本找回了
+# 沒有離群值的模型的 SQNR 與準確率——而且每一層都是 int8。
+
+with torch.no_grad():
+    torch.testing.assert_close(smoothed(test_images), model(test_images), atol=1e-4, rtol=0)
+smooth_accuracy, smooth_sqnr = errors(quantize(smoothed, quantizer()), model)
+print(f"SmoothQuant，int8 靜態：{smooth_accuracy:.3f}，{smooth_sqnr:.1f} dB")
+assert smooth_sqnr > planted_sqnr + 15 and smooth_sqnr > static_sqnr - 3
+assert smooth_accuracy >= planted_accuracy
+
+# %%
+# 步驟 6 — int8 之間夾 bfloat16
+# -----------------------------
+# int8 模型裡留在浮點數的部分（SDPA、LayerNorm、GELU、softmax）可以用 bfloat16 跑：把編譯好的
+# int8 模型包在 ``torch.autocast("cpu", dtype=torch.bfloat16)`` 裡，inductor 的 int8 模式就
+# 輸出 bf16（「int8-mixed-bf16」）。在原生支援 bf16 的 CPU（ ``avx512_bf16`` 或
+# ``amx_bf16`` ）上有好處；其他 CPU 上 bf16 是模擬的，比 float32 還慢。這顆 CPU：
+
+cpu = describe()
+if cpu.bf16:
+    print(f"原生 bf16（{cpu.verdict}）：值得在這裡量 int8-mixed-bf16 的速度")
+else:
+    print(f"沒有原生 bf16（{cpu.verdict}）：浮點部分留在 float32")
+
+# %%
+# 總結
+# ----
+# ===================================  ========================================================
+# 模型                                 準確率與 logits 的 SQNR（印在上面）
+# ===================================  ========================================================
+# fp32                                 基準
+# int8 靜態                            看不出損失
+# 埋了離群值，int8 靜態                同一個浮點函式，SQNR 低得多
+# 敏感度退回                           把 ``blocks.0.fc1`` 留在浮點數，找回大部分
+# SmoothQuant，int8 靜態               每一層都是 int8，SQNR 回到沒有離群值的模型
+# ===================================  ========================================================
+#
+# - 在 ``set_module_name_qconfig`` ／ ``set_module_type_qconfig`` ／
+#   ``set_function_type_qconfig`` 給 ``None`` ，那些 node 就留在浮點數；名稱優先於型別。
+# - 敏感度迴圈與除錯器的逐 node SQNR 找到同一層。
+# - SmoothQuant 把活化值除以 ``s`` （併入它前面的 LayerNorm），再把後面 linear 的 weight
+#   乘以 ``s`` ：同一個浮點函式，卻是容易量化的 int8 函式。
+#
+# 練習
+# ----
+# 1. 用 ``set_module_name_qconfig`` 把整個 ``blocks.0`` 留在浮點數。預測還有幾層拿到 int8
+#    weight。
+#
+#    .. dropdown:: 解答
+#
+#       .. code-block:: python
+#
+#          block_float = quantize(float_gm, quantizer().set_module_name_qconfig("blocks.0", None))
+#          assert len(int8_layers(block_float)) == 8, "14 減去 q、k、v、out、fc1、fc2"
+#
+# 2. 只在 block 0 的 ``norm2`` 上用 α = 1（ ``s = max|x|`` ：活化值的範圍全部搬進
+#    weight）。預測浮點輸出會不會改變。
+#
+#    .. dropdown:: 解答
+#
+#       .. code-block:: python
+#
+#          other = copy.deepcopy(planted_gm)
+#          norm = [n for n in other.graph.nodes if n.target == aten.layer_norm.default][1]
+#          (fc1,) = norm.users
+#          s = watch.amax[norm.name].clamp(min=1e-5)
+#          with torch.no_grad():
+#              other.get_parameter(norm.args[2].target).div_(s)
+#              other.get_parameter(norm.args[3].target).div_(s)
+#              other.get_parameter(fc1.args[1].target).mul_(s)
+#              torch.testing.assert_close(other(test_images), model(test_images), atol=1e-4, rtol=0)
+#
+# 延伸閱讀
+# --------
+# - Xiao et al., `SmoothQuant <https://arxiv.org/abs/2211.10438>`_
+# - `X86InductorQuantizer source
+#   <https://github.com/pytorch/ao/blob/main/torchao/quantization/pt2e/quantizer/x86_inductor_quantizer.py>`_
+# - `PT2E 數值除錯器
+#   <https://docs.pytorch.org/ao/main/tutorials_source/pt2e_quant_numeric_debugger.html>`_
+#
+# 下一課
+# ------
+# 回到 :ref:`M05-1 · quantizer 在 attention 裡看見什麼
+# <sphx_glr_lessons_m05_transformers_m05_1_attention.py>` ，或前往課程地圖。

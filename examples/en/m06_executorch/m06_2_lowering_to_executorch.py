@@ -25,7 +25,7 @@ delegates exactly the same nodes — and the two programs give equal outputs on 
 """
 
 # SPDX-License-Identifier: BSD-3-Clause
-# sphinx_gallery_thumbnail_number = 2
+# sphinx_gallery_thumbnail_number = 1
 
 # %%
 # Setup
@@ -134,8 +134,9 @@ assert not ops(lowered.graph_module)["convolution"], "no conv left outside a del
 
 for module, names in delegated(lowered).items():
     print(f"{module}: {names}")
-inner = lowered.graph_module.lowered_module_0.original_module
+inner = lowered.graph_module.lowered_module_0.original_module.graph_module
 conv = next(n for n in inner.graph.nodes if "convolution" in n.name)
+draw(inner, highlight=[conv.name], title="Inside lowered_module_0: its nodes in the edge dialect")
 print(type(conv.target).__name__, conv.target)
 assert type(conv.target).__name__ == "EdgeOpOverload"
 assert {"aten_convolution_default", "aten_relu_default"} <= set(

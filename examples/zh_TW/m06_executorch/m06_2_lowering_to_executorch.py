@@ -24,7 +24,7 @@ delegate、哪些留在 ExecuTorch 的 portable 核心程式上（以及原因�
 """
 
 # SPDX-License-Identifier: BSD-3-Clause
-# sphinx_gallery_thumbnail_number = 2
+# sphinx_gallery_thumbnail_number = 1
 
 # %%
 # 準備
@@ -130,8 +130,9 @@ assert not ops(lowered.graph_module)["convolution"], "delegate 之外沒有留�
 
 for module, names in delegated(lowered).items():
     print(f"{module}: {names}")
-inner = lowered.graph_module.lowered_module_0.original_module
+inner = lowered.graph_module.lowered_module_0.original_module.graph_module
 conv = next(n for n in inner.graph.nodes if "convolution" in n.name)
+draw(inner, highlight=[conv.name], title="lowered_module_0 內部：edge dialect 的 node")
 print(type(conv.target).__name__, conv.target)
 assert type(conv.target).__name__ == "EdgeOpOverload"
 assert {"aten_convolution_default", "aten_relu_default"} <= set(

@@ -41,6 +41,7 @@ import zipfile
 from pathlib import Path
 
 import torch
+from filelock import FileLock
 from torch._dynamo.utils import counters
 
 import common
@@ -138,14 +139,15 @@ def packaged(program) -> Path:
         key.update(name.encode() + value.detach().contiguous().numpy().tobytes())  # with what,
     key.update(f"{tuple(images.shape)} {torch.__version__} {describe().kernel_path}".encode())
     path = CACHE / f"digits_int8_aoti-{key.hexdigest()[:16]}.pt2"
-    if not path.exists():
-        CACHE.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.stem}-{os.getpid()}.pt2")  # the other language may build too
-        with torch.no_grad():
-            torch._inductor.aoti_compile_and_package(
-                program, package_path=str(tmp), inductor_configs={"freezing": True}
-            )
-        tmp.replace(path)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with FileLock(f"{path}.lock"):  # the other language's build may be compiling it too
+        if not path.exists():
+            tmp = path.with_name(f".{path.stem}-{os.getpid()}.pt2")  # whole files only
+            with torch.no_grad():
+                torch._inductor.aoti_compile_and_package(
+                    program, package_path=str(tmp), inductor_configs={"freezing": True}
+                )
+            tmp.replace(path)
     return path
 
 

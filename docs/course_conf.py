@@ -225,7 +225,14 @@ def make_config(lang: str) -> dict:
             # Relative to docs/<lang>/: sphinx-gallery links pages by these paths.
             "examples_dirs": f"../../examples/{lang}",
             "gallery_dirs": "lessons",
-            "filename_pattern": r"/m\d\d_\d+_",
+            # The lessons, and the quickstart page (it runs like a lesson).
+            "filename_pattern": r"/(m\d\d_\d+_|quickstart\.py)",
+            # The quickstart first, then the modules in name order, troubleshooting last.
+            "subsection_order": [
+                f"../../examples/{lang}/quickstart",
+                "*",
+                f"../../examples/{lang}/troubleshooting",
+            ],
             "ignore_pattern": r"__init__\.py",
             # The course's graph pictures, then sphinx-gallery's own matplotlib charts.
             "image_scrapers": ("common.gallery.scraper", "matplotlib"),

@@ -272,7 +272,7 @@ def _source_read(lang: str, docname: str, source: list[str]) -> None:
 
         quiet()  # before autodoc imports torchao, which announces its CUDA-only kernels
         source[0] = source[0].replace("<!-- api modules -->", _api_sections())
-    match = re.fullmatch(r"lessons/(m\d\d_\w+)/index", docname)
+    match = re.fullmatch(r"lessons/(\w+)/index", docname)
     if match and (DOCS / lang / "lessons" / f"{match[1]}_python.zip").exists():
         text, folder = TEXT[lang], match[1]
         source[0] += (
@@ -293,7 +293,7 @@ def _forget_stale_notebooks(app, lang: str) -> None:
     page), so a change of ``first_notebook_cell`` would otherwise leave old notebooks behind.
     """
     first_cell = app.config.sphinx_gallery_conf["first_notebook_cell"]
-    for notebook in (DOCS / lang / "lessons").glob("*/m[0-9][0-9]_*.ipynb"):
+    for notebook in (DOCS / lang / "lessons").glob("*/*.ipynb"):  # lessons and quickstart
         cells = json.loads(notebook.read_text("utf-8"))["cells"]
         if not cells or "".join(cells[0]["source"]).strip() != first_cell.strip():
             notebook.with_suffix(".py.md5").unlink(missing_ok=True)
@@ -310,7 +310,7 @@ def _rerun_after_common_changed(lang: str) -> None:
     stamp = lessons / "common.sha256"
     if stamp.exists() and stamp.read_text() == common:
         return
-    for md5 in lessons.glob("*/m[0-9][0-9]_*.py.md5"):
+    for md5 in lessons.glob("*/*.py.md5"):  # the lessons and the quickstart
         md5.unlink()
     lessons.mkdir(parents=True, exist_ok=True)
     stamp.write_text(common)
@@ -319,9 +319,9 @@ def _rerun_after_common_changed(lang: str) -> None:
 def _module_zips(app, lang: str) -> None:
     """After the gallery ran: one .py zip and one .ipynb zip per module folder."""
     lessons = DOCS / lang / "lessons"
-    for folder in sorted(p for p in lessons.glob("m[0-9][0-9]_*") if p.is_dir()):
+    for folder in sorted(p for p in lessons.iterdir() if p.is_dir() and p.name != "images"):
         for kind, suffix in (("python", ".py"), ("jupyter", ".ipynb")):
-            files = sorted(folder.glob(f"m[0-9][0-9]_*{suffix}"))
+            files = sorted(folder.glob(f"*{suffix}"))
             if not files:
                 continue
             target = lessons / f"{folder.name}_{kind}.zip"

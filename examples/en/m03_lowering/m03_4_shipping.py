@@ -208,7 +208,8 @@ print(timing.header())
 # .. note::
 #
 #    For phones and microcontrollers the route is ExecuTorch's ``.pte`` file, with its own
-#    int8 quantizer and kernels (XNNPACK): module M06, the edge half of PT2E.
+#    int8 quantizer and kernels (XNNPACK): module M06, the edge half of PT2E —
+#    :ref:`M06-3 · the .pte, inside out <sphx_glr_lessons_m06_executorch_m06_3_pte_inside_out.py>`.
 #
 # Summary
 # -------

@@ -201,7 +201,8 @@ print(timing.header())
 # .. note::
 #
 #    手機與微控制器走的是 ExecuTorch 的 ``.pte`` 檔，有它自己的 int8 quantizer 與運算
-#    （XNNPACK）：見 M06 單元，PT2E 的邊緣裝置這一半。
+#    （XNNPACK）：見 M06 單元，PT2E 的邊緣裝置這一半——
+#    :ref:`M06-3 · 由內而外看 .pte <sphx_glr_lessons_m06_executorch_m06_3_pte_inside_out.py>`。
 #
 # 小結
 # ----

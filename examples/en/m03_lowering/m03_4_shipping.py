@@ -41,6 +41,7 @@ import zipfile
 from pathlib import Path
 
 import torch
+from filelock import FileLock
 from torch._dynamo.utils import counters
 
 import common
@@ -138,14 +139,15 @@ def packaged(program) -> Path:
         key.update(name.encode() + value.detach().contiguous().numpy().tobytes())  # with what,
     key.update(f"{tuple(images.shape)} {torch.__version__} {describe().kernel_path}".encode())
     path = CACHE / f"digits_int8_aoti-{key.hexdigest()[:16]}.pt2"
-    if not path.exists():
-        CACHE.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.stem}-{os.getpid()}.pt2")  # the other language may build too
-        with torch.no_grad():
-            torch._inductor.aoti_compile_and_package(
-                program, package_path=str(tmp), inductor_configs={"freezing": True}
-            )
-        tmp.replace(path)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with FileLock(f"{path}.lock"):  # the other language's build may be compiling it too
+        if not path.exists():
+            tmp = path.with_name(f".{path.stem}-{os.getpid()}.pt2")  # whole files only
+            with torch.no_grad():
+                torch._inductor.aoti_compile_and_package(
+                    program, package_path=str(tmp), inductor_configs={"freezing": True}
+                )
+            tmp.replace(path)
     return path
 
 
@@ -206,7 +208,8 @@ print(timing.header())
 # .. note::
 #
 #    For phones and microcontrollers the route is ExecuTorch's ``.pte`` file, with its own
-#    int8 quantizer and kernels (XNNPACK): module M06, the edge half of PT2E.
+#    int8 quantizer and kernels (XNNPACK): module M06, the edge half of PT2E —
+#    :ref:`M06-3 · the .pte, inside out <sphx_glr_lessons_m06_executorch_m06_3_pte_inside_out.py>`.
 #
 # Summary
 # -------

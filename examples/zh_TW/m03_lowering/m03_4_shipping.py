@@ -39,6 +39,7 @@ import zipfile
 from pathlib import Path
 
 import torch
+from filelock import FileLock
 from torch._dynamo.utils import counters
 
 import common
@@ -133,14 +134,15 @@ def packaged(program) -> Path:
         key.update(name.encode() + value.detach().contiguous().numpy().tobytes())  # 用什麼算、
     key.update(f"{tuple(images.shape)} {torch.__version__} {describe().kernel_path}".encode())
     path = CACHE / f"digits_int8_aoti-{key.hexdigest()[:16]}.pt2"
-    if not path.exists():
-        CACHE.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.stem}-{os.getpid()}.pt2")  # 另一種語言可能同時在建置
-        with torch.no_grad():
-            torch._inductor.aoti_compile_and_package(
-                program, package_path=str(tmp), inductor_configs={"freezing": True}
-            )
-        tmp.replace(path)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with FileLock(f"{path}.lock"):  # 另一種語言的建置可能正在編譯同一個套件
+        if not path.exists():
+            tmp = path.with_name(f".{path.stem}-{os.getpid()}.pt2")  # 只留下完整的檔案
+            with torch.no_grad():
+                torch._inductor.aoti_compile_and_package(
+                    program, package_path=str(tmp), inductor_configs={"freezing": True}
+                )
+            tmp.replace(path)
     return path
 
 
@@ -199,7 +201,8 @@ print(timing.header())
 # .. note::
 #
 #    手機與微控制器走的是 ExecuTorch 的 ``.pte`` 檔，有它自己的 int8 quantizer 與運算
-#    （XNNPACK）：見 M06 單元，PT2E 的邊緣裝置這一半。
+#    （XNNPACK）：見 M06 單元，PT2E 的邊緣裝置這一半——
+#    :ref:`M06-3 · 由內而外看 .pte <sphx_glr_lessons_m06_executorch_m06_3_pte_inside_out.py>`。
 #
 # 小結
 # ----

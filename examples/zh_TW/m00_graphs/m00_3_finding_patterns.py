@@ -227,7 +227,7 @@ draw(gm, highlight=matched, title="步驟 3：SubgraphMatcher 找到的鏈")
 
 # %%
 # 步驟 4 — quantizer 為什麼透過 source partition 標註
-# ------------------------------------------------
+# ---------------------------------------------------
 # torchao 的 ``X86InductorQuantizer`` 以模組為單位思考：「每個後面接著 ``ReLU`` 的
 # ``Conv2d`` 都要量化」。
 # 不論模組變成了哪些 ATen 運算子與常數，source partition 都能直接回答這個問題；
@@ -267,7 +267,7 @@ assert found == [("conv2d", "batch_norm", new_relu.name)], "有了 meta，分組
 
 # %%
 # 步驟 5 — quantizer 拿到的是什麼
-# ----------------------------
+# -------------------------------
 # 前面的鏈都來自匯出的圖，但 quantizer 看到的並不是這張圖。
 # 做訓練後量化時，``prepare_pt2e`` （M01-1）會先把每個 batch norm 折疊進它前面的 conv，
 # 然後才呼叫 ``annotate``。``SeenByAnnotate`` 讓結果現形：quantizer 拿到的是 conv → relu。
@@ -294,7 +294,7 @@ assert "torch.nn.BatchNorm2d" in qat_patterns, "x86 的 QAT pattern 含有 batch
 
 # %%
 # 步驟 6 — 改比對 ATen target：本課程的 quantizer
-# --------------------------------------------
+# -----------------------------------------------
 # 本課程自己的 ``CourseQuantizer`` （M02）走訪 ``graph.nodes``，比對 ATen target，和步驟 1 一樣。
 # PTQ quantizer 拿到的是一個 conv 和它唯一的使用者 relu，用 target 就能描述得一清二楚；
 # 而且 target 不依賴 ``meta``，也不管模型是怎麼寫的。

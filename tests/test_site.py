@@ -114,8 +114,8 @@ def test_every_internal_link_and_anchor_resolves(site):
 @pytest.mark.parametrize("lang", LANGUAGES)
 def test_lessons_keep_their_addresses_and_labels(site, lang):
     """One gallery per module changes no address: a lesson is lessons/<module>/<file>.html with
-    the label sphx_glr_lessons_<module>_<file>.py, its module lessons/<module>/index.html with
-    sphx_glr_lessons_<module>, and the lessons index lists every module page in course order."""
+    the label sphx_glr_lessons_<module>_<file>.py, its module page lessons/<module>/index.html
+    links it, and the lessons index lists every module page in course order."""
 
     def anchor(label: str) -> str:  # how Sphinx writes a label as an HTML id
         return re.sub(r"[_.]", "-", label)
@@ -127,9 +127,9 @@ def test_lessons_keep_their_addresses_and_labels(site, lang):
         label = f"sphx_glr_lessons_{relative.parent}_{relative.name}"
         assert f'id="{anchor(label)}"' in page.read_text("utf-8"), f"{page}: no {label}"
     index = (site / lang / "lessons" / "index.html").read_text("utf-8")
-    for module in modules:
-        page = (site / lang / "lessons" / module / "index.html").read_text("utf-8")
-        assert f'id="{anchor(f"sphx_glr_lessons_{module}")}"' in page, module
+    for relative in lessons(lang):
+        page = (site / lang / "lessons" / relative.parent / "index.html").read_text("utf-8")
+        assert f'href="{relative.stem}.html' in page, f"{relative.parent}/index.html: no {relative}"
     listed = re.findall(r'href="([a-z][a-z0-9_]*)/index\.html"', index)
     assert list(dict.fromkeys(listed)) == modules, "the lessons index lists every module, in order"
 

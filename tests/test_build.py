@@ -94,6 +94,9 @@ def lesson_outputs(site: Path) -> dict[str, bytes]:
             # Lessons print measured times beside what they claim (never assert them): the
             # seconds, milliseconds and their ratios change from run to run, nothing else may.
             text = re.sub(r"\d+(?:\.\d+)?(?= ?m?s\b| ?×)", "<measured>", text)
+            # common.timing's tables: median, p10–p90 and spread per row, then the load average.
+            text = re.sub(r"\d+\.\d+ +\d+\.\d+–\d+\.\d+ +\d+%", "<measured>", text)
+            text = re.sub(r"load average \S+ \(1 min\), \S+ \(5 min\)", "<measured>", text)
             text = re.sub(r" +<measured>", " <measured>", text)  # aligned by their width
             outputs[str(path.relative_to(site))] = text.encode()
     return outputs

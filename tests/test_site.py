@@ -6,6 +6,7 @@ which runs ``nox -s docs`` first); otherwise it builds both languages into a tem
 PT2E_COURSE_SITE=<folder> tests a site built elsewhere as it is.
 """
 
+import ast
 import functools
 import json
 import os
@@ -412,14 +413,23 @@ def api_entries(site: Path, lang: str) -> dict[str, str]:
 
 
 def lessons_calling(lang: str, name: str) -> set[str]:
-    """The lesson pages (as "lessons/<module>/<lesson>.html") whose code calls ``name(...)``."""
+    """The lesson pages (as "lessons/<module>/<lesson>.html") whose code calls ``name(...)``.
+
+    Read from the syntax tree: exercise solutions sit in comments and the source a page runs in
+    a subprocess sits in a string; the build sees neither as the lesson's calls.
+    """
+
+    def calls(source: str) -> bool:
+        return any(
+            isinstance(node, ast.Call)
+            and (getattr(node.func, "id", None) == name or getattr(node.func, "attr", None) == name)
+            for node in ast.walk(ast.parse(source))
+        )
+
     return {
         page.as_posix()
         for page, script in zip(lesson_pages(lang), lessons(lang), strict=True)
-        # Code only: exercise solutions sit in comments, which the build does not run.
-        if re.search(
-            rf"^[^#\n]*\b{name}\(", (ROOT / "examples" / lang / script).read_text("utf-8"), re.M
-        )
+        if calls((ROOT / "examples" / lang / script).read_text("utf-8"))
     }
 
 

@@ -154,7 +154,8 @@ assert strict_conv.meta["source_fn_stack"][-1][1] is nn.Conv2d
 class FunctionalConv(nn.Module):
     def __init__(self):
         super().__init__()
-        self.weight = nn.Parameter(torch.randn(8, 3, 3, 3) / 10)
+        seeded = torch.Generator().manual_seed(0)  # the same weights whatever ran before
+        self.weight = nn.Parameter(torch.randn(8, 3, 3, 3, generator=seeded) / 10)
         self.bias = nn.Parameter(torch.zeros(8))
 
     def forward(self, x):

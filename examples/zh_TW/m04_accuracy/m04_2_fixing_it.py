@@ -35,6 +35,7 @@ lowering 之後的圖 <sphx_glr_lessons_m03_lowering_m03_1_lowered_graph.py>`。
 
 import copy
 import tempfile
+import warnings
 from dataclasses import replace
 from pathlib import Path
 
@@ -49,6 +50,8 @@ from common.pt2e import quiet
 from common.viz import draw
 
 quiet()
+# max pool 的輸入留在浮點數時，x86 quantizer 會跳過它並發出警告（練習 2）。
+warnings.filterwarnings("ignore", message="The input of maxpool2d is not quantized")
 use_course_style()
 
 from torchao.quantization.pt2e import HistogramObserver, MinMaxObserver

@@ -108,7 +108,7 @@ def show(rows):
 # 步驟 1 — 量化兩種寫法，看哪些 linear 拿到 int8
 # ----------------------------------------------
 # 用 ``nn.MultiheadAttention`` 時，每個 block 的兩個 attention linear——打包在一起的
-# q／k／v 投影和輸出投影——保留浮點 weight；MLP 的 ``fc1`` ／ ``fc2`` 和輸出層是 int8。
+# 注意力投影（q／k／v 投影和輸出投影）保留浮點 weight；MLP 的 ``fc1`` ／ ``fc2`` 和輸出層是 int8。
 # 用分開的 linear 時，13 個 linear 全都是 int8。
 
 mha = quantized(get_model("vit_mha"))
@@ -296,9 +296,9 @@ if cpu.vnni:
 # 步驟 6 — 只讀常數的 class token
 # --------------------------------
 # 這張圖裡有兩樣東西對 lowering 來說是新的。class token 是 ``expand(cls_token, [8, -1, -1])`` ，
-# 一個只讀取常數的運算：torchao 的 lowering（inductor 的常數摺疊）把它執行一次，結果存成常數
+# 一個只讀取常數的運算：torchao 的 lowering（inductor 的常數折疊）把它執行一次，結果存成常數
 # ``_frozen_paramN`` ，改由 ``cat`` 讀取。位置嵌入是 ``cat`` 之後加上一個常數的 ``add`` ；
-# 沒有任何摺疊適用於它，所以它留了下來。
+# 沒有任何折疊適用於它，所以它留了下來。
 
 (cat,) = lowered.graph.find_nodes(op="call_function", target=aten.cat.default)
 token = cat.args[0][0]
@@ -337,7 +337,7 @@ assert torch.equal(mine(*x), lowered(*x)), "輸出相等"
 # ``scaled_dot_product_attention``                 永遠不會
 # 3-D linear，eager lowering                       沒有 oneDNN 運算：是 ``view`` 不是 ``reshape``
 # 3-D linear， ``torch.compile`` 加凍結            預先打包：先執行 ``view_to_reshape``
-# class token 的 ``expand``                        兩種 lowering 都把它摺疊成常數
+# class token 的 ``expand``                        兩種 lowering 都把它折疊成常數
 # ===============================================  ==============================================
 #
 # 練習

@@ -251,7 +251,7 @@ assert errors["calibrated"] < errors["uncalibrated"] / 10, "校準讓 scale 符�
 # %%
 # RuntimeError: Node shared_1 target shared references nonexistent attribute shared
 # ---------------------------------------------------------------------------------
-# torchao 的 ``constant_fold`` （ ``convert_pt2e`` 用它把 weight 摺疊成 int8 常數）在這種圖上
+# torchao 的 ``constant_fold`` （ ``convert_pt2e`` 用它把 weight 折疊成 int8 常數）在這種圖上
 # 會失敗：兩個 ``get_attr`` node 讀同一個屬性，而只有其中一個變成無用：它刪掉了屬性，另一個
 # node 卻還在讀（ `pytorch/ao#4420 <https://github.com/pytorch/ao/issues/4420>`_ ）。這種圖來自
 # 改圖，以及其他編譯器的 pass。
@@ -274,7 +274,7 @@ with expect_error(RuntimeError, match="references nonexistent attribute shared")
     constant_fold(two_reads_of_one_buffer())
 
 # %%
-# **修正** （在 torchao 修好之前）：摺疊之前讓圖對每個屬性只讀一次（把每個重複的 ``get_attr``
+# **修正** （在 torchao 修好之前）：折疊之前讓圖對每個屬性只讀一次（把每個重複的 ``get_attr``
 # 的使用者改接到第一個）。說明見
 # :ref:`M00-4 · 改圖 <sphx_glr_lessons_m00_graphs_m00_4_graph_surgery.py>`。
 

@@ -5,12 +5,12 @@ M05-2 Static vs dynamic int8
 Static quantization (static int8) fixes every activation's scale at calibration time;
 **dynamic** int8 computes it again for every batch, from the batch itself. With
 ``is_dynamic=True`` the x86 quantizer writes that computation into the graph: a
-``choose_qparams`` node before each quantized input. This lesson reads those nodes, shows the scales changing from batch to batch, checks
-what calibration still does for a dynamic model (torchao's docs say it is needed: it is, for
-the weights), and measures both recipes on the trained ViT: accuracy, the numeric
-debugger's SQNR node by node, and inputs brighter than any calibration image. The
-course's ``handmade.prepare``/``convert`` stay bit-exact with torchao's for the dynamic
-config too.
+``choose_qparams`` node before each quantized input. This lesson reads those nodes, shows the
+scales changing from batch to batch, checks what calibration still does for a dynamic model
+(torchao's docs say it is needed: it is, for the weights), and measures both recipes on the
+trained ViT: accuracy, the numeric debugger's SQNR node by node, and inputs brighter than any
+calibration image. The course's ``handmade.prepare``/``convert`` stay bit-exact with torchao's
+for the dynamic config too.
 
 **What you will learn**
 

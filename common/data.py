@@ -191,23 +191,30 @@ def train_digits_cnn(*, seed: int = 0, epochs: int = EPOCHS, cache: bool = True)
     Raises:
         ValueError: if ``seed`` is not an integer or ``epochs`` not a positive integer.
     """
+    return _trained(DigitsCNN, f"digits_cnn-{_SOURCE_HASH}", seed=seed, epochs=epochs, cache=cache)
+
+
+def _trained(make, name: str, *, seed, epochs, cache: bool, lr: float = _LEARNING_RATE):
+    """``make()`` seeded, then its weights from ``build/cache/`` or trained and saved there.
+
+    The file is ``<name>-torch<version>-<kernel path>-s<seed>-e<epochs>.pt``: float kernels
+    of different ISAs round differently, so they train different weights.
+    """
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ValueError(f"seed must be an integer, got {seed!r}")
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
         raise ValueError(f"epochs must be a positive integer, got {epochs!r}")
-    path = None
-    if cache and _CACHE is not None:
-        # Float kernels of different ISAs round differently, so they train different weights.
-        kernels = describe().kernel_path
-        name = f"digits_cnn-{_SOURCE_HASH}-torch{torch.__version__}-{kernels}-s{seed}-e{epochs}.pt"
-        path = _CACHE / name
     with _reproducible():
         torch.manual_seed(seed)  # nn layers draw their initial weights from the global RNG
-        model = DigitsCNN()
+        model = make()
+    path = None
+    if cache and _CACHE is not None:
+        kernels = describe().kernel_path
+        path = _CACHE / f"{name}-torch{torch.__version__}-{kernels}-s{seed}-e{epochs}.pt"
     if path is not None and path.exists():
         model.load_state_dict(torch.load(path, weights_only=True))
         return model.eval()
-    fit(model.train(), epochs=epochs, seed=seed)
+    fit(model.train(), epochs=epochs, seed=seed, lr=lr)
     model.eval()
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -289,31 +296,13 @@ def train_digits_vit(
             a positive integer.
     """
     from common import models
-    from common.cpu import describe
 
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ValueError(f"seed must be an integer, got {seed!r}")
-    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
-        raise ValueError(f"epochs must be a positive integer, got {epochs!r}")
-    with _reproducible():
-        torch.manual_seed(seed)  # nn layers draw their initial weights from the global RNG
-        model = models.DigitsViT(attention=attention)
-    path = None
-    if cache and _CACHE is not None:
-        source = hashlib.sha256(Path(__file__).read_bytes() + Path(models.__file__).read_bytes())
-        path = _CACHE / (
-            f"digits_vit_{attention}-{source.hexdigest()[:16]}-torch{torch.__version__}"
-            f"-{describe().kernel_path}-s{seed}-e{epochs}.pt"
-        )
-    if path is not None and path.exists():
-        model.load_state_dict(torch.load(path, weights_only=True))
-        return model.eval()
-    fit(model.train(), epochs=epochs, seed=seed, lr=_VIT_LEARNING_RATE)
-    model.eval()
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Write then rename: the two language builds may train and save at the same time.
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        torch.save(model.state_dict(), tmp)
-        tmp.replace(path)
-    return model
+    source = hashlib.sha256(Path(__file__).read_bytes() + Path(models.__file__).read_bytes())
+    return _trained(
+        lambda: models.DigitsViT(attention=attention),
+        f"digits_vit_{attention}-{source.hexdigest()[:16]}",
+        seed=seed,
+        epochs=epochs,
+        cache=cache,
+        lr=_VIT_LEARNING_RATE,
+    )

@@ -65,3 +65,29 @@ def test_every_assert_message_in_a_zh_lesson_is_chinese(path):
 def test_the_assert_scan_sees_folded_solutions():
     source = '#          assert len(x) == 2, "two nodes"\nassert y, "一個"\n'
     assert assert_messages(source) == [(1, "two nodes"), (2, "一個")]
+
+
+# Mainland words and the Taiwanese ones the course writes instead (python-docs-zh-tw's list).
+MAINLAND = {
+    "函數": "函式",
+    "拋出": "引發",
+    "數據": "資料",
+    "默認": "預設",
+    "信息": "資訊",
+    "調用": "呼叫",
+    "內存": "記憶體",
+    "代碼": "程式碼",
+    "套路": "做法",
+}
+ZH_PAGES = [*ZH_LESSONS, *sorted((ROOT / "docs" / "zh_TW").glob("*.md"))]
+
+
+@pytest.mark.parametrize("path", ZH_PAGES, ids=lambda p: p.name)
+def test_zh_pages_use_taiwanese_terms(path):
+    text = path.read_text(encoding="utf-8")
+    found = [
+        f"line {text.count(chr(10), 0, text.index(word)) + 1}: {word} → {taiwan}"
+        for word, taiwan in MAINLAND.items()
+        if word in text
+    ]
+    assert not found, "Mainland terms:\n" + "\n".join(found)

@@ -190,7 +190,7 @@ lowering.reshape_views(packaged)
 assert torch.equal(packaged(*fresh), reference(*fresh))
 
 # %%
-# 遇到它沒有重現的模式，它會指名該 node 並拋出錯誤，而不是傳回一張不同的圖。輸出再加上另一個
+# 遇到它沒有重現的模式，它會指名該 node 並引發錯誤，而不是回傳一張不同的圖。輸出再加上另一個
 # 張量的 linear 就是一例：torchao 把這個加法融合進 ``qlinear_pointwise.binary`` ，這個模組
 # 沒有做。
 

@@ -211,7 +211,7 @@ assert aten.scaled_dot_product_attention.default not in ops.quantizable_ops
 # ----------------------
 # quantizer 比對的是 module，那就給它 module：把每個 ``nn.MultiheadAttention`` 換成一個
 # ``SelfAttention`` ，裡面是分開的 q／k／v linear，weight 相同（把打包的 ``in_proj_weight``
-# 切成三份）。浮點模型計算的函數不變；現在 13 個 linear 全都是 int8。
+# 切成三份）。浮點模型算出的函式不變；現在 13 個 linear 全都是 int8。
 
 
 def split_attention(model: DigitsViT) -> DigitsViT:

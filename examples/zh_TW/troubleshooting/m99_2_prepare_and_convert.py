@@ -2,7 +2,7 @@
 疑難排解：prepare 與 convert
 ============================
 
-``prepare_pt2e`` 與 ``convert_pt2e`` 的錯誤與無聲的失敗：重複使用的活化函數模組、彼此不相容的
+``prepare_pt2e`` 與 ``convert_pt2e`` 的錯誤與無聲的失敗：重複使用的活化函式模組、彼此不相容的
 observer 與 spec、沒有校準就 convert 的模型，以及 ``constant_fold`` 處理不了的改圖結果。每個
 條目的標題是錯誤訊息的第一行原文（或讀者口中的症狀），在本站的環境（torch 2.13、torchao 0.18）
 上重現它，指出原因，以 assert 驗證修正方法，並連到解釋它的那一課。
@@ -115,7 +115,7 @@ modules = {list(n.meta["nn_module_stack"].values())[-1][0] for n in relus}
 assert len(relus) == 2 and modules == {"relu"}, "兩個 relu node，一個模組"
 
 # %%
-# **修正**：每次呼叫用一個自己的活化函數模組。說明見
+# **修正**：每次呼叫用一個自己的活化函式模組。說明見
 # :ref:`M00-3 · 找出 pattern <sphx_glr_lessons_m00_graphs_m00_3_finding_patterns.py>`。
 
 

@@ -70,7 +70,7 @@ def one_torch_thread_per_worker():
 
 # Tests that make torchao export its BatchNorm patterns (~15 s the first time in a worker) run
 # on one worker: the lowering matrix (which its test_matrix_reaches_every_rewrite reads whole),
-# handmade's unfolded_bn cases, and M04-3 (QAT) run in-process.
+# handmade's and the edge matrix's unfolded_bn cases.
 ON_THE_PATTERN_WORKER = pytest.mark.xdist_group("torchao_patterns")
 
 
@@ -198,8 +198,9 @@ def _dedent(code: str) -> str:
 
 
 # ------------------------------------------------------------------------- the built site
-# Shared by test_site.py and test_zh_spacing.py; their tests run on one xdist worker
-# (xdist_group "site"), so the site is built at most once per run.
+# Shared by the readers' runs (test_lessons.py compares their pictures with the site's),
+# test_site.py, test_build.py and test_zh_spacing.py, on both xdist workers: the first to ask
+# builds it, the other waits on a lock and then finds nothing to do.
 
 
 def build_both(html: Path) -> None:
@@ -212,6 +213,15 @@ def build_both(html: Path) -> None:
         )
 
 
+def site_lock():
+    """The lock every build into ``build/html`` and the docs sources takes (two workers
+    building at once would race on docs/<lang>/lessons/ and build/backreferences/)."""
+    from filelock import FileLock
+
+    BUILT.parent.mkdir(parents=True, exist_ok=True)
+    return FileLock(BUILT.parent / "site-build.lock")
+
+
 @pytest.fixture(scope="session")
 def site() -> Path:
     """The built site's root folder (holding index.html, en/ and zh_TW/).
@@ -222,6 +232,7 @@ def site() -> Path:
     if os.environ.get("PT2E_COURSE_SITE"):  # test a site built elsewhere, as it is
         return Path(os.environ["PT2E_COURSE_SITE"]).resolve()
     started = time.perf_counter()
-    build_both(BUILT)
+    with site_lock():
+        build_both(BUILT)
     print(f"built the site into {BUILT} in {time.perf_counter() - started:.0f} s")
     return BUILT

@@ -1,4 +1,6 @@
-"""The docs build fails loudly on a broken lesson, is deterministic, writes only ignored files."""
+"""The docs build fails loudly on a broken lesson, redoes nothing when nothing changed, writes
+only ignored files. (That a lesson's pages do not depend on the lessons built before it is
+checked by its reader run, tests/test_lessons.py.)"""
 
 import os
 import re
@@ -10,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BUILT, EXAMPLES, ROOT, needs_dot
+from conftest import BUILT, ROOT, needs_dot, site_lock
 from languages import SPHINX_OPTIONS
 
 pytestmark = [pytest.mark.slow, needs_dot]
@@ -73,65 +75,6 @@ def test_a_failing_lesson_fails_the_build_and_names_file_line_and_assertion(tmp_
     )
 
 
-def first_lesson_of_each_module() -> dict[str, str]:
-    lessons = {}
-    for module in sorted(p for p in (EXAMPLES / "en").iterdir() if p.is_dir()):
-        scripts = sorted(module.glob("m[0-9][0-9]_*.py"))
-        if scripts:
-            lessons[f"{module.name}/{scripts[0].name}"] = scripts[0].read_text(encoding="utf-8")
-    return lessons
-
-
-def lesson_outputs(site: Path) -> dict[str, bytes]:
-    """The generated lesson pages (minus run-time lines) and their pictures."""
-    outputs = {}
-    for path in sorted((site / "docs" / "en" / "lessons").rglob("*")):
-        if path.suffix == ".svg" and "thumb" not in path.parts:
-            outputs[str(path.relative_to(site))] = path.read_bytes()
-        elif path.suffix == ".rst" and path.name.startswith("m"):
-            text = path.read_text(encoding="utf-8")
-            text = re.sub(r"\*\*Total running time of the script:\*\*.*", "", text)
-            # Lessons print measured times beside what they claim (never assert them): the
-            # seconds, milliseconds and their ratios change from run to run, nothing else may.
-            text = re.sub(r"\d+(?:\.\d+)?(?= ?m?s\b| ?×)", "<measured>", text)
-            # common.timing's tables: median, p10–p90 and spread per row, then the load average.
-            text = re.sub(r"\d+\.\d+ +\d+\.\d+–\d+\.\d+ +\d+%", "<measured>", text)
-            text = re.sub(r"load average \S+ \(1 min\), \S+ \(5 min\)", "<measured>", text)
-            text = re.sub(r" +<measured>", " <measured>", text)  # aligned by their width
-            outputs[str(path.relative_to(site))] = text.encode()
-    return outputs
-
-
-def clean_build(root: Path, lessons: dict[str, str]) -> Path:
-    site = make_site(root, lessons)
-    # Not -W: the copied lessons link to lessons this small site does not have.
-    result = sphinx_build(site, strict=False)
-    assert result.returncode == 0, result.stdout + result.stderr
-    return site
-
-
-# On the worker that has the built site (tests/conftest.py): the site's build is one of the two.
-@pytest.mark.xdist_group("site")
-def test_a_clean_build_gives_lessons_the_outputs_the_site_build_gave_them(site, tmp_path):
-    """A lesson's page and pictures depend on nothing but the lesson: a clean build of the
-    first lesson of each module, alone, writes what the site's build (all lessons, one after
-    another in one process, perhaps incrementally) wrote for them."""
-    lessons = first_lesson_of_each_module()
-    assert lessons
-    alone = lesson_outputs(clean_build(tmp_path / "alone", lessons))
-    if os.environ.get("PT2E_COURSE_SITE"):
-        # A site built elsewhere: docs/en/lessons/ may be another build's; a second clean
-        # build stands in for the site's.
-        in_the_site = lesson_outputs(clean_build(tmp_path / "again", lessons))
-    else:
-        in_the_site = lesson_outputs(ROOT)
-    assert sum(name.endswith(".svg") for name in alone) >= len(lessons), "every lesson draws"
-    missing = sorted(set(alone) - set(in_the_site))
-    assert not missing, f"the site's build did not write {missing}"
-    differing = [name for name in alone if alone[name] != in_the_site[name]]
-    assert not differing, f"outputs differ between the site's build and a clean one: {differing}"
-
-
 @pytest.mark.xdist_group("site")
 def test_a_build_with_nothing_changed_reads_no_page(site):
     """Sphinx decides what to read again from the files each page noted it read (lessons,
@@ -140,7 +83,8 @@ def test_a_build_with_nothing_changed_reads_no_page(site):
     command = [sys.executable, "-m", "sphinx", "-b", "html", "docs/en", str(BUILT / "en")]
     runs = 2 if os.environ.get("PT2E_COURSE_SITE") else 1  # then build/html may be stale
     for _ in range(runs):
-        result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+        with site_lock():
+            result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     # What Sphinx read again, and why (config changed, outdated files), if anything.
     read = [

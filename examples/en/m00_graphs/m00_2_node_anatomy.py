@@ -281,16 +281,27 @@ assert strict_conv.meta["source_fn_stack"][-1][1] is torch.nn.Conv2d, "strict: t
 #          assert lin["flatten"].target == torch.ops.aten.flatten.using_ints, "torch.flatten(x, 1)"
 #          assert lin["linear"].meta["val"].shape == (2, 10), "batch 2, 10 outputs"
 #
-# 2. Export ``small_cnn`` with a batch of 5. Predict the shape in ``meta["val"]`` of
-#    ``flatten``.
+# 2. Export ``small_cnn`` again with a dynamic batch:
+#    ``dynamic_shapes=({0: torch.export.Dim("batch")},)``. Predict the first entry of
+#    ``flatten``'s ``meta["val"]`` shape: still the 2 of ``x``? Which of ``gm`` and the new
+#    module run a batch of 5?
 #
 #    .. dropdown:: Solution
 #
 #       .. code-block:: python
 #
-#          gm5 = export_module(get_model("small_cnn"), example_inputs(5))
-#          flat5 = next(n for n in gm5.graph.nodes if n.name == "flatten")
-#          assert flat5.meta["val"].shape == (5, 8 * 8 * 8), "8 channels of 8 × 8 after the pool"
+#          batch = torch.export.Dim("batch")
+#          dynamic = torch.export.export(model, (x,), dynamic_shapes=({0: batch},)).module()
+#          flat = next(n for n in dynamic.graph.nodes if n.name == "flatten")
+#          print(flat.meta["val"].shape)
+#          assert isinstance(flat.meta["val"].shape[0], torch.SymInt), "a symbol, not 2"
+#          calls = [n for n in dynamic.graph.nodes if n.op == "call_function"]
+#          assert len({str(n.meta["val"].shape[0]) for n in calls}) == 1, "one symbol, everywhere"
+#          x5 = example_inputs(5)[0]
+#          with torch.no_grad():
+#              assert torch.equal(dynamic(x5), model(x5)), "the dynamic module runs batch 5"
+#          with expect_error(AssertionError, match="Guard failed"):
+#              gm(x5)  # gm was exported with batch 2, and its _guards_fn checks it
 #
 # 3. Predict which ``call_function`` nodes of ``gm`` have ``bn`` as the path of their
 #    innermost ``nn_module_stack`` entry, and which have the root, ``""``.

@@ -272,16 +272,57 @@ assert same, "handmade.convert is bit-exact with convert_pt2e"
 # %%
 # Exercises
 # ---------
-# 1. The linear's weight is quantized per channel too. How many scales does its buffer hold,
-#    and which zero points?
+# 1. Quantize the weights per tensor instead (``PER_TENSOR_WEIGHT`` below: symmetric, one
+#    scale for the whole weight). Predict which of steps 1 and 2 the weights now take: how many
+#    scale or zero-point buffers does the converted model keep, and where does each weight's
+#    dequantize find its scale?
 #
 #    .. dropdown:: Solution
 #
 #       .. code-block:: python
 #
-#          print(gm._scale_1.shape, gm._zero_point_1.unique().tolist())
-#          assert gm._scale_1.shape == (gm.fc.weight.shape[0],) == (10,), "one per output"
-#          assert not gm._zero_point_1.any()
+#          from dataclasses import replace
+#
+#          from torchao.quantization.pt2e.observer import MinMaxObserver
+#
+#          from common.quantizer import WEIGHT_SPEC
+#
+#          PER_TENSOR_WEIGHT = replace(
+#              WEIGHT_SPEC,
+#              qscheme=torch.per_tensor_symmetric,
+#              ch_axis=None,
+#              observer_or_fake_quant_ctr=MinMaxObserver,
+#          )
+#          WEIGHTED = (torch.ops.aten.conv2d.default, torch.ops.aten.linear.default)
+#
+#
+#          class PerTensorWeights(CourseQuantizer):
+#              def annotate(self, model):
+#                  super().annotate(model)
+#                  for node in model.graph.nodes:
+#                      if node.target in WEIGHTED:
+#                          qspecs = node.meta["quantization_annotation"].input_qspec_map
+#                          qspecs[node.args[1]] = PER_TENSOR_WEIGHT
+#                  return model
+#
+#
+#          small_cnn = export_module(get_model("small_cnn"), x)
+#          per_tensor = handmade.prepare(small_cnn, PerTensorWeights())
+#          calibrate(per_tensor)
+#          per_tensor = handmade.convert(per_tensor)
+#          buffers = sorted(name for name, _ in per_tensor.named_buffers())
+#          print(buffers)
+#          assert buffers == ["_frozen_param0", "_frozen_param1"], (
+#              "only the int8 weights: no scale or zero-point buffer"
+#          )
+#          weights = [n for n in per_tensor.graph.find_nodes(op="get_attr") if n.target in buffers]
+#          dequantizes = [next(iter(n.users)) for n in weights]
+#          print(dequantizes[0].format_node())
+#          assert all(dq.target == qd.dequantize_per_tensor.default for dq in dequantizes)
+#          assert all(isinstance(dq.args[1], float) for dq in dequantizes), (
+#              "step 1: the scale is a number in the args"
+#          )
+#          assert all(dq.args[2] == 0 for dq in dequantizes), "symmetric: zero point 0"
 #
 # 2. Convert with ``fold_quantize=False``. Which ops change, and is the result still
 #    bit-exact with ``convert_pt2e(..., fold_quantize=False)``?

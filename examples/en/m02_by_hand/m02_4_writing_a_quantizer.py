@@ -420,19 +420,37 @@ assert torch.equal(strict[0](*fresh), strict[1](*fresh)), "strict export: works,
 #
 # Exercises
 # ---------
-# 1. Drop the ``transform_for_annotation`` of step 2 (use a quantizer whose transform returns
-#    the model unchanged). Predict: is the residual add still quantized?
+# 1. Read a slice of ``out`` before ``out += x`` (``Peek`` below). Predict: does
+#    ``BackendQuantizer``'s ``transform_for_annotation`` turn that ``add_`` into ``add``? And
+#    would the rewrite, done anyway, change what the model computes?
 #
 #    .. dropdown:: Solution
 #
 #       .. code-block:: python
 #
-#          class NoTransform(BackendQuantizer):
-#              def transform_for_annotation(self, model):
-#                  return model
+#          class Peek(Block):
+#              def forward(self, x):
+#                  x = torch.relu(self.stem(x))
+#                  branches = [torch.relu(self.left(x)), torch.relu(self.right(x))]
+#                  out = self.mix(torch.cat(branches, dim=1))
+#                  first = out[:, :1]  # a view of out: it sees what += writes
+#                  out += x
+#                  return torch.sigmoid(out) * first
 #
-#          plain = prepared_by(handmade.prepare, NoTransform())
-#          assert "add_" not in annotated(plain), "add_ is not matched: it stays float"
+#
+#          torch.manual_seed(0)
+#          peek = Peek().eval()
+#          peeked = prepared_by(handmade.prepare, BackendQuantizer(), peek)
+#          in_place = peeked.graph.find_nodes(op="call_function", target=aten.add_.Tensor)
+#          assert in_place and "add_" not in annotated(peeked), "add_ is kept, and stays float"
+#          forced = torch.export.export(peek, x).module()
+#          (add_,) = forced.graph.find_nodes(op="call_function", target=aten.add_.Tensor)
+#          add_.target = aten.add.Tensor  # the rewrite, without the check
+#          forced.recompile()
+#          with torch.no_grad():
+#              assert not torch.equal(forced(*fresh), peek(*fresh)), (
+#                  "the slice would no longer see the +="
+#              )
 #
 # 2. Make the sigmoid's fixed scale 1/128 instead of 1/256. Predict how many different values
 #    the quantized sigmoid output can take at most.
@@ -457,8 +475,10 @@ assert torch.equal(strict[0](*fresh), strict[1](*fresh)), "strict export: works,
 #          out = handmade.convert(prepared_by(handmade.prepare, Coarser()))(*fresh)
 #          assert len(out.unique()) <= 129, "[0, 1] in steps of 1/128: at most 129 values"
 #
-# 3. Run ``BackendQuantizer`` on a model where a conv has ``bias=False``. Predict what the
-#    int32 bias annotation does there.
+# 3. Run ``BackendQuantizer`` on a conv with ``bias=False``: step 3's loop raises
+#    ``IndexError`` (``conv.args`` has no bias). Fix the loop to skip a conv without a bias,
+#    then predict: how many int32 constants does the converted model hold, is it still
+#    bit-exact with torchao, and does the fix change the block's converted graph?
 #
 #    .. dropdown:: Solution
 #
@@ -472,9 +492,38 @@ assert torch.equal(strict[0](*fresh), strict[1](*fresh)), "strict export: works,
 #              def forward(self, x):
 #                  return self.conv(x)
 #
+#
 #          with expect_error(IndexError):
 #              prepared_by(handmade.prepare, BackendQuantizer(), NoBias().eval())
-#          # conv.args has no bias argument: check len(conv.args) > 2 before annotating it
+#
+#
+#          class BiasIfAny(Step3Quantizer):
+#              def annotate(self, model):
+#                  # the course's annotations, then step 3, fixed
+#                  CourseQuantizer.annotate(self, model)
+#                  convs = model.graph.find_nodes(op="call_function", target=aten.conv2d.default)
+#                  for conv in convs:
+#                      if len(conv.args) > 2 and conv.args[2] is not None:
+#                          qspecs = conv.meta["quantization_annotation"].input_qspec_map
+#                          qspecs[conv.args[2]] = int32_bias(conv)
+#                  return model
+#
+#
+#          torch.manual_seed(0)
+#          no_bias = NoBias().eval()
+#          ours = handmade.convert(prepared_by(handmade.prepare, BiasIfAny(), no_bias))
+#          theirs = convert_pt2e(prepared_by(prepare_pt2e, BiasIfAny(), no_bias))
+#          dtypes = [value.dtype for value in ours.state_dict().values()]
+#          print(dtypes)
+#          assert torch.int32 not in dtypes and torch.int8 in dtypes, (
+#              "no bias, no int32 constant; the weight is int8"
+#          )
+#          assert torch.equal(ours(*fresh), theirs(*fresh)), "bit-exact with torchao"
+#          before, after = (
+#              handmade.convert(prepared_by(handmade.prepare, quantizer()))
+#              for quantizer in (Step3Quantizer, BiasIfAny)
+#          )
+#          assert after.code == before.code, "where every conv has a bias, nothing changes"
 #
 # Further reading
 # ---------------

@@ -376,23 +376,27 @@ for path, (vnni, full, seven) in rows.items():
 #          (qconv,) = [n for n in other.graph.nodes if "onednn" in str(n.target)]
 #          assert qconv.args[13] == torch.float32
 #
-# 2. Does ``reshape_views`` change the numbers, or only make the graph run? Predict, then
-#    compare the fixed graph with one where you insert ``.contiguous()`` by hand instead.
+# 2. Lower ``conv_relu``, which has no ``flatten`` after its conv. Predict: does the lowered
+#    graph run without ``reshape_views``? In which memory layout does the caller get its
+#    output, and what happens to a caller who flattens it with ``.view``?
 #
 #    .. dropdown:: Solution
 #
 #       .. code-block:: python
 #
-#          by_hand = lower_pt2e_quantized_to_x86(simulated, x)
-#          graph = by_hand.graph
-#          (view,) = graph.find_nodes(op="call_function", target=torch.ops.aten.view.default)
-#          with graph.inserting_before(view):
-#              contiguous = graph.call_function(
-#                  torch.ops.aten.contiguous.default, (view.args[0],)
-#              )
-#          view.replace_input_with(view.args[0], contiguous)
-#          by_hand.recompile()
-#          assert torch.equal(by_hand(*fresh), lowered(*fresh)), "same values: only the layout"
+#          no_flatten_q = prepare_pt2e(export_module(get_model("conv_relu"), x), x86_quantizer())
+#          calibrate(no_flatten_q)
+#          no_flatten_sim = convert_pt2e(no_flatten_q)
+#          no_flatten = lower_pt2e_quantized_to_x86(no_flatten_sim, x)
+#          assert not ops(no_flatten)["aten.view.default"], "no view in the graph: it runs as it is"
+#          out, out_sim = no_flatten(*fresh), no_flatten_sim(*fresh)
+#          print(f"strides: lowered {out.stride()}, q/dq {out_sim.stride()}")
+#          assert out.is_contiguous(memory_format=torch.channels_last), (
+#              "the int8 conv's channels-last output reaches the caller"
+#          )
+#          assert not out.is_contiguous() and out_sim.is_contiguous(), "the q/dq one: NCHW"
+#          with expect_error(RuntimeError, match="view size is not compatible"):
+#              out.view(len(out), -1)  # the same failure, now in the caller's code
 #
 # Further reading
 # ---------------

@@ -247,18 +247,36 @@ assert int8_bytes <= 0.3 * fp32_bytes, "int8 weights take a quarter of the bytes
 #
 # Exercises
 # ---------
-# 1. Without compiling anything: how many ``onednn`` ops does ``lower`` put into
-#    ``conv_net``'s graph, and of which kinds? Predict from the model's layers, then count.
+# 1. Every float32 weight becomes one int8 byte. Predict, dtype by dtype, how many bytes of
+#    constants the int8 program saves (what ``saved_bytes`` writes besides the graph), from
+#    ``conv_net``'s layers alone; then say why the file is more than a quarter of fp32's.
 #
 #    .. dropdown:: Solution
 #
 #       .. code-block:: python
 #
-#          lowered = lower(int8_model, x)
-#          kinds = [str(n.target) for n in lowered.graph.nodes if "onednn" in str(n.target)]
-#          print(kinds)
-#          assert kinds.count("onednn.qconv_pointwise.default") == 4, "four conv + relu"
-#          assert kinds.count("onednn.qlinear_pointwise.default") == 2, "the classifier"
+#          from collections import Counter
+#
+#          lean = torch.fx.GraphModule(int8_model, int8_model.graph)  # what saved_bytes saves
+#          stored = Counter()
+#          for tensor in lean.state_dict().values():
+#              stored[tensor.dtype] += tensor.numel() * tensor.element_size()
+#          print({str(dtype): size for dtype, size in stored.items()})
+#          weights = [p for p in float_model.state_dict().values() if p.ndim > 1]
+#          biases = [p for p in float_model.state_dict().values() if p.ndim == 1]
+#          channels = sum(w.shape[0] for w in weights)  # one scale and one zero point each
+#          assert set(stored) == {torch.int8, torch.float32, torch.int64}, (
+#              "int8 weights, float32 biases and scales, int64 zero points"
+#          )
+#          assert stored[torch.int8] == sum(w.numel() for w in weights), "1 byte per weight"
+#          assert stored[torch.float32] == 4 * (sum(b.numel() for b in biases) + channels), (
+#              "4 bytes per bias and per channel's scale"
+#          )
+#          assert stored[torch.int64] == 8 * channels, "8 bytes per zero point"
+#          fp32_constants = 4 * sum(p.numel() for p in float_model.state_dict().values())
+#          assert int8_bytes - sum(stored.values()) > fp32_bytes - fp32_constants, (
+#              "and a larger graph around them: the q/dq nodes"
+#          )
 #
 # 2. Save the *lowered* program instead of the q/dq one. Predict: can ``torch.export`` save
 #    its prepacked oneDNN weights?

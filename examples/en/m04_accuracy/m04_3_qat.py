@@ -383,6 +383,27 @@ fig.tight_layout()
 #          assert not any(torch.equal(a, b) for a, b in zip(before, now)), "BN learned the test set"
 #          print("scales held; the BatchNorm statistics moved to the test set's")
 #
+# 3. ``leaky`` is still the QAT graph (step 4 copied it before convert). Predict the bias each
+#    of its convs runs with: its own, or something else? And where does its own bias go?
+#
+#    .. dropdown:: Solution
+#
+#       .. code-block:: python
+#
+#          aten = torch.ops.aten
+#          for conv in leaky.graph.find_nodes(op="call_function", target=aten.conv2d.default):
+#              zeros, own_bias = conv.args[2], conv.args[2].args[0]
+#              (divide,) = conv.users  # the output, divided by γ/√(running_var + ε)
+#              (add,) = divide.users
+#              (batch_norm,) = add.users
+#              print(f"{conv.name}: bias {zeros.name}; {own_bias.name} added by {add.name}")
+#              assert zeros.target == aten.zeros_like.default, "the conv adds a bias of zeros"
+#              assert divide.target == aten.div.Tensor and add.target == aten.add.Tensor
+#              assert add.args[1].args[0] is own_bias, "its own bias: added after the division"
+#              assert batch_norm.target == aten.batch_norm.default, "then BatchNorm"
+#          # Dividing the output by γ/√(var + ε) undoes the scaled weight; a bias inside the
+#          # conv would be divided too, so it goes in after the division.
+#
 # Further reading
 # ---------------
 # - `torchao: PT2E quantization-aware training

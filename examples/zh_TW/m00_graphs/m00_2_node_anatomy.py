@@ -284,15 +284,27 @@ assert strict_conv.meta["source_fn_stack"][-1][1] is torch.nn.Conv2d, "strict �
 #          assert lin["flatten"].target == torch.ops.aten.flatten.using_ints, "torch.flatten(x, 1)"
 #          assert lin["linear"].meta["val"].shape == (2, 10), "batch 2，10 個輸出"
 #
-# 2. 用 batch 為 5 的輸入匯出 ``small_cnn``。預測 ``flatten`` 的 ``meta["val"]`` 形狀。
+# 2. 再匯出一次 ``small_cnn``，這次讓批次大小是動態的：
+#    ``dynamic_shapes=({0: torch.export.Dim("batch")},)``。預測 ``flatten`` 的
+#    ``meta["val"]`` 形狀的第一個值：還是 ``x`` 的 2 嗎？``gm`` 和新的模組，哪個能跑批次大小
+#    為 5 的輸入？
 #
 #    .. dropdown:: 解答
 #
 #       .. code-block:: python
 #
-#          gm5 = export_module(get_model("small_cnn"), example_inputs(5))
-#          flat5 = next(n for n in gm5.graph.nodes if n.name == "flatten")
-#          assert flat5.meta["val"].shape == (5, 8 * 8 * 8), "pool 之後是 8 個 8 × 8 的 channel"
+#          batch = torch.export.Dim("batch")
+#          dynamic = torch.export.export(model, (x,), dynamic_shapes=({0: batch},)).module()
+#          flat = next(n for n in dynamic.graph.nodes if n.name == "flatten")
+#          print(flat.meta["val"].shape)
+#          assert isinstance(flat.meta["val"].shape[0], torch.SymInt), "是一個符號，不是 2"
+#          calls = [n for n in dynamic.graph.nodes if n.op == "call_function"]
+#          assert len({str(n.meta["val"].shape[0]) for n in calls}) == 1, "每個 node 都是同一個符號"
+#          x5 = example_inputs(5)[0]
+#          with torch.no_grad():
+#              assert torch.equal(dynamic(x5), model(x5)), "動態的模組能跑批次大小 5"
+#          with expect_error(AssertionError, match="Guard failed"):
+#              gm(x5)  # gm 是以批次大小 2 匯出的，它的 _guards_fn 會檢查這一點
 #
 # 3. 預測 ``gm`` 的哪些 ``call_function`` node，``nn_module_stack`` 最內層的路徑是 ``bn``，
 #    哪些是根模組 ``""``。

@@ -266,15 +266,56 @@ assert same, "handmade.convert 和 convert_pt2e 逐位元相同"
 # %%
 # 練習
 # ----
-# 1. linear 的 weight 也是逐通道量化。它的 buffer 存了幾個 scale？zero point 是多少？
+# 1. 改成逐張量量化 weight（下面的 ``PER_TENSOR_WEIGHT``：對稱，整個 weight 只有一個
+#    scale）。預測 weight 現在走的是步驟 1 還是步驟 2：convert 之後的模型還留著幾個 scale 或
+#    zero point 的 buffer？每個 weight 的 dequantize 從哪裡拿到它的 scale？
 #
 #    .. dropdown:: 解答
 #
 #       .. code-block:: python
 #
-#          print(gm._scale_1.shape, gm._zero_point_1.unique().tolist())
-#          assert gm._scale_1.shape == (gm.fc.weight.shape[0],) == (10,), "每個輸出一個"
-#          assert not gm._zero_point_1.any()
+#          from dataclasses import replace
+#
+#          from torchao.quantization.pt2e.observer import MinMaxObserver
+#
+#          from common.quantizer import WEIGHT_SPEC
+#
+#          PER_TENSOR_WEIGHT = replace(
+#              WEIGHT_SPEC,
+#              qscheme=torch.per_tensor_symmetric,
+#              ch_axis=None,
+#              observer_or_fake_quant_ctr=MinMaxObserver,
+#          )
+#          WEIGHTED = (torch.ops.aten.conv2d.default, torch.ops.aten.linear.default)
+#
+#
+#          class PerTensorWeights(CourseQuantizer):
+#              def annotate(self, model):
+#                  super().annotate(model)
+#                  for node in model.graph.nodes:
+#                      if node.target in WEIGHTED:
+#                          qspecs = node.meta["quantization_annotation"].input_qspec_map
+#                          qspecs[node.args[1]] = PER_TENSOR_WEIGHT
+#                  return model
+#
+#
+#          small_cnn = export_module(get_model("small_cnn"), x)
+#          per_tensor = handmade.prepare(small_cnn, PerTensorWeights())
+#          calibrate(per_tensor)
+#          per_tensor = handmade.convert(per_tensor)
+#          buffers = sorted(name for name, _ in per_tensor.named_buffers())
+#          print(buffers)
+#          assert buffers == ["_frozen_param0", "_frozen_param1"], (
+#              "只剩 int8 weight：沒有 scale 或 zero point 的 buffer"
+#          )
+#          weights = [n for n in per_tensor.graph.find_nodes(op="get_attr") if n.target in buffers]
+#          dequantizes = [next(iter(n.users)) for n in weights]
+#          print(dequantizes[0].format_node())
+#          assert all(dq.target == qd.dequantize_per_tensor.default for dq in dequantizes)
+#          assert all(isinstance(dq.args[1], float) for dq in dequantizes), (
+#              "步驟 1：scale 是 args 裡的數字"
+#          )
+#          assert all(dq.args[2] == 0 for dq in dequantizes), "對稱量化：zero point 是 0"
 #
 # 2. 改用 ``fold_quantize=False`` 做 convert。哪些運算會改變？結果還和
 #    ``convert_pt2e(..., fold_quantize=False)`` 逐位元相同嗎？

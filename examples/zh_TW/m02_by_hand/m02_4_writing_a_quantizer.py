@@ -417,19 +417,37 @@ assert torch.equal(strict[0](*fresh), strict[1](*fresh)), "strict 匯出：可�
 #
 # 練習
 # ----
-# 1. 拿掉步驟 2 的 ``transform_for_annotation`` （改用一個原封不動回傳模型的 quantizer）。
-#    預測：殘差的 add 還會被量化嗎？
+# 1. 在 ``out += x`` 之前先讀取 ``out`` 的一個切片（下面的 ``Peek``）。預測：
+#    ``BackendQuantizer`` 的 ``transform_for_annotation`` 會把這個 ``add_`` 改成 ``add``
+#    嗎？如果不管檢查、照樣改寫，模型算出來的結果會不會變？
 #
 #    .. dropdown:: 解答
 #
 #       .. code-block:: python
 #
-#          class NoTransform(BackendQuantizer):
-#              def transform_for_annotation(self, model):
-#                  return model
+#          class Peek(Block):
+#              def forward(self, x):
+#                  x = torch.relu(self.stem(x))
+#                  branches = [torch.relu(self.left(x)), torch.relu(self.right(x))]
+#                  out = self.mix(torch.cat(branches, dim=1))
+#                  first = out[:, :1]  # out 的 view：+= 寫入的值它都看得到
+#                  out += x
+#                  return torch.sigmoid(out) * first
 #
-#          plain = prepared_by(handmade.prepare, NoTransform())
-#          assert "add_" not in annotated(plain), "add_ 比對不到，所以留在浮點數"
+#
+#          torch.manual_seed(0)
+#          peek = Peek().eval()
+#          peeked = prepared_by(handmade.prepare, BackendQuantizer(), peek)
+#          in_place = peeked.graph.find_nodes(op="call_function", target=aten.add_.Tensor)
+#          assert in_place and "add_" not in annotated(peeked), "add_ 保留下來，留在浮點數"
+#          forced = torch.export.export(peek, x).module()
+#          (add_,) = forced.graph.find_nodes(op="call_function", target=aten.add_.Tensor)
+#          add_.target = aten.add.Tensor  # 改寫，但不做檢查
+#          forced.recompile()
+#          with torch.no_grad():
+#              assert not torch.equal(forced(*fresh), peek(*fresh)), (
+#                  "切片再也看不到 += 寫入的值"
+#              )
 #
 # 2. 把 sigmoid 的固定 scale 從 1/256 改成 1/128。預測量化後的 sigmoid 輸出最多有幾種不同的值。
 #
@@ -453,8 +471,10 @@ assert torch.equal(strict[0](*fresh), strict[1](*fresh)), "strict 匯出：可�
 #          out = handmade.convert(prepared_by(handmade.prepare, Coarser()))(*fresh)
 #          assert len(out.unique()) <= 129, "[0, 1] 以 1/128 為一格：最多 129 種值"
 #
-# 3. 把 ``BackendQuantizer`` 用在一個 conv 設了 ``bias=False`` 的模型上。預測 int32 bias 的
-#    annotation 在那裡會怎樣。
+# 3. 把 ``BackendQuantizer`` 用在一個 ``bias=False`` 的 conv 上：步驟 3 的迴圈會引發
+#    ``IndexError`` （``conv.args`` 裡沒有 bias）。修正這個迴圈，讓它跳過沒有 bias 的 conv，
+#    再預測：convert 之後的模型有幾個 int32 常數？結果還和 torchao 逐位元相同嗎？這個修正會
+#    改變 block convert 之後的圖嗎？
 #
 #    .. dropdown:: 解答
 #
@@ -468,9 +488,38 @@ assert torch.equal(strict[0](*fresh), strict[1](*fresh)), "strict 匯出：可�
 #              def forward(self, x):
 #                  return self.conv(x)
 #
+#
 #          with expect_error(IndexError):
 #              prepared_by(handmade.prepare, BackendQuantizer(), NoBias().eval())
-#          # conv.args 沒有 bias 參數：annotate 前先檢查 len(conv.args) > 2
+#
+#
+#          class BiasIfAny(Step3Quantizer):
+#              def annotate(self, model):
+#                  # 先做課程 quantizer 的 annotation，再做修正過的步驟 3
+#                  CourseQuantizer.annotate(self, model)
+#                  convs = model.graph.find_nodes(op="call_function", target=aten.conv2d.default)
+#                  for conv in convs:
+#                      if len(conv.args) > 2 and conv.args[2] is not None:
+#                          qspecs = conv.meta["quantization_annotation"].input_qspec_map
+#                          qspecs[conv.args[2]] = int32_bias(conv)
+#                  return model
+#
+#
+#          torch.manual_seed(0)
+#          no_bias = NoBias().eval()
+#          ours = handmade.convert(prepared_by(handmade.prepare, BiasIfAny(), no_bias))
+#          theirs = convert_pt2e(prepared_by(prepare_pt2e, BiasIfAny(), no_bias))
+#          dtypes = [value.dtype for value in ours.state_dict().values()]
+#          print(dtypes)
+#          assert torch.int32 not in dtypes and torch.int8 in dtypes, (
+#              "沒有 bias 就沒有 int32 常數；weight 是 int8"
+#          )
+#          assert torch.equal(ours(*fresh), theirs(*fresh)), "和 torchao 逐位元相同"
+#          before, after = (
+#              handmade.convert(prepared_by(handmade.prepare, quantizer()))
+#              for quantizer in (Step3Quantizer, BiasIfAny)
+#          )
+#          assert after.code == before.code, "每個 conv 都有 bias 時，修正不改變任何東西"
 #
 # 延伸閱讀
 # --------

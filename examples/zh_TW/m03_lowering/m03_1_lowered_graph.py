@@ -373,23 +373,27 @@ for path, (vnni, full, seven) in rows.items():
 #          (qconv,) = [n for n in other.graph.nodes if "onednn" in str(n.target)]
 #          assert qconv.args[13] == torch.float32
 #
-# 2. ``reshape_views`` 會改變數值，還是只讓圖能執行？先預測，再和改成親手插入
-#    ``.contiguous()`` 的圖比較。
+# 2. 對 ``conv_relu`` 做 lowering：它的 conv 後面沒有 ``flatten``。預測：下放後的圖不用
+#    ``reshape_views`` 就能執行嗎？呼叫端拿到的輸出是哪一種記憶體配置？呼叫端用 ``.view``
+#    把它攤平時會發生什麼事？
 #
 #    .. dropdown:: 解答
 #
 #       .. code-block:: python
 #
-#          by_hand = lower_pt2e_quantized_to_x86(simulated, x)
-#          graph = by_hand.graph
-#          (view,) = graph.find_nodes(op="call_function", target=torch.ops.aten.view.default)
-#          with graph.inserting_before(view):
-#              contiguous = graph.call_function(
-#                  torch.ops.aten.contiguous.default, (view.args[0],)
-#              )
-#          view.replace_input_with(view.args[0], contiguous)
-#          by_hand.recompile()
-#          assert torch.equal(by_hand(*fresh), lowered(*fresh)), "數值相同：只差在配置"
+#          no_flatten_q = prepare_pt2e(export_module(get_model("conv_relu"), x), x86_quantizer())
+#          calibrate(no_flatten_q)
+#          no_flatten_sim = convert_pt2e(no_flatten_q)
+#          no_flatten = lower_pt2e_quantized_to_x86(no_flatten_sim, x)
+#          assert not ops(no_flatten)["aten.view.default"], "圖裡沒有 view：原封不動就能執行"
+#          out, out_sim = no_flatten(*fresh), no_flatten_sim(*fresh)
+#          print(f"stride：下放後 {out.stride()}，q/dq 圖 {out_sim.stride()}")
+#          assert out.is_contiguous(memory_format=torch.channels_last), (
+#              "int8 conv 通道在後的輸出直接交給了呼叫端"
+#          )
+#          assert not out.is_contiguous() and out_sim.is_contiguous(), "q/dq 模型的是 NCHW"
+#          with expect_error(RuntimeError, match="view size is not compatible"):
+#              out.view(len(out), -1)  # 同樣的失敗，這次發生在呼叫端的程式碼
 #
 # 延伸閱讀
 # --------

@@ -240,18 +240,36 @@ assert int8_bytes <= 0.3 * fp32_bytes, "int8 weight 只佔四分之一的位元�
 #
 # 練習
 # ----
-# 1. 不編譯任何東西： ``lower`` 在 ``conv_net`` 的圖裡放了幾個 ``onednn`` 運算、各是哪一種？
-#    先從模型的層數預測，再數數看。
+# 1. 每個 float32 的 weight 都變成一個 int8 位元組。只根據 ``conv_net`` 的各層，逐個 dtype
+#    預測 int8 程式存下多少位元組的常數（``saved_bytes`` 除了圖之外寫出的東西）；再說明為什麼
+#    檔案比 fp32 的四分之一大。
 #
 #    .. dropdown:: 解答
 #
 #       .. code-block:: python
 #
-#          lowered = lower(int8_model, x)
-#          kinds = [str(n.target) for n in lowered.graph.nodes if "onednn" in str(n.target)]
-#          print(kinds)
-#          assert kinds.count("onednn.qconv_pointwise.default") == 4, "四個 conv + relu"
-#          assert kinds.count("onednn.qlinear_pointwise.default") == 2, "分類器"
+#          from collections import Counter
+#
+#          lean = torch.fx.GraphModule(int8_model, int8_model.graph)  # saved_bytes 存下的就是它
+#          stored = Counter()
+#          for tensor in lean.state_dict().values():
+#              stored[tensor.dtype] += tensor.numel() * tensor.element_size()
+#          print({str(dtype): size for dtype, size in stored.items()})
+#          weights = [p for p in float_model.state_dict().values() if p.ndim > 1]
+#          biases = [p for p in float_model.state_dict().values() if p.ndim == 1]
+#          channels = sum(w.shape[0] for w in weights)  # 每個通道一個 scale 和一個 zero point
+#          assert set(stored) == {torch.int8, torch.float32, torch.int64}, (
+#              "int8 的 weight、float32 的 bias 與 scale、int64 的 zero point"
+#          )
+#          assert stored[torch.int8] == sum(w.numel() for w in weights), "每個 weight 1 個位元組"
+#          assert stored[torch.float32] == 4 * (sum(b.numel() for b in biases) + channels), (
+#              "每個 bias、每個通道的 scale 各 4 個位元組"
+#          )
+#          assert stored[torch.int64] == 8 * channels, "每個 zero point 8 個位元組"
+#          fp32_constants = 4 * sum(p.numel() for p in float_model.state_dict().values())
+#          assert int8_bytes - sum(stored.values()) > fp32_bytes - fp32_constants, (
+#              "再加上更大的圖：q/dq node"
+#          )
 #
 # 2. 改存 *lowering 之後* 的程式，而不是 q/dq 的。預測： ``torch.export`` 存得了預先打包的
 #    oneDNN weight 嗎？

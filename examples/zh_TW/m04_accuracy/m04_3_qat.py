@@ -371,6 +371,27 @@ fig.tight_layout()
 #          assert not any(torch.equal(a, b) for a, b in zip(before, now)), "BN 學到了測試集"
 #          print("scale 不動；BatchNorm 的統計值移向了測試集的統計值")
 #
+# 3. ``leaky`` 仍是 QAT 的圖（步驟 4 在 convert 之前複製了它）。預測它的每個 conv 用的是
+#    哪個 bias：conv 自己的，還是別的？conv 自己的 bias 又跑到哪裡去了？
+#
+#    .. dropdown:: 解答
+#
+#       .. code-block:: python
+#
+#          aten = torch.ops.aten
+#          for conv in leaky.graph.find_nodes(op="call_function", target=aten.conv2d.default):
+#              zeros, own_bias = conv.args[2], conv.args[2].args[0]
+#              (divide,) = conv.users  # 輸出除以 γ/√(running_var + ε)
+#              (add,) = divide.users
+#              (batch_norm,) = add.users
+#              print(f"{conv.name}：bias 是 {zeros.name}；{own_bias.name} 由 {add.name} 加上")
+#              assert zeros.target == aten.zeros_like.default, "conv 加的是全為 0 的 bias"
+#              assert divide.target == aten.div.Tensor and add.target == aten.add.Tensor
+#              assert add.args[1].args[0] is own_bias, "conv 自己的 bias 在除法之後才加上"
+#              assert batch_norm.target == aten.batch_norm.default, "接著才是 BatchNorm"
+#          # 把輸出除以 γ/√(var + ε) 是為了抵銷縮放過的 weight；bias 若留在 conv 裡，
+#          # 也會一起被除掉，所以要等除完再加。
+#
 # 延伸閱讀
 # --------
 # - `torchao: PT2E quantization-aware training

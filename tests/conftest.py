@@ -154,6 +154,11 @@ def lessons(lang: str) -> list[Path]:
     return sorted(p.relative_to(base) for p in scripts)
 
 
+# The quickstart, the page a reader is likeliest to open in Jupyter or Colab, runs as its
+# downloaded notebook (test_site.py) instead of as a script (test_lessons.py): each lesson runs
+# once outside the docs build.
+NOTEBOOK_LESSON = Path("quickstart/quickstart.py")
+
 ALL_LESSONS = sorted({(lang, path) for lang in LANGUAGES for path in lessons(lang)})
 
 

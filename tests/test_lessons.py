@@ -16,6 +16,7 @@ from conftest import (
     ALL_LESSONS,
     EXAMPLES,
     LANGUAGES,
+    NOTEBOOK_LESSON,
     ROOT,
     exercise_solutions,
     lessons,
@@ -120,6 +121,7 @@ def test_every_cpu_dependent_lesson_exists():
     [
         pytest.param(r, marks=[pytest.mark.isa] if str(r) in CPU_DEPENDENT else [])
         for r in lessons(READER_LANGUAGE)
+        if r != NOTEBOOK_LESSON  # runs as a downloaded notebook instead (test_site.py)
     ],
     ids=str,
 )

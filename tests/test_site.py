@@ -24,7 +24,7 @@ import pytest
 # tests/conftest.py (loaded first by pytest) puts docs/ on sys.path: course_conf is the site's
 # shared Sphinx configuration, with the repository, the site URL and the languages.
 import course_conf
-from conftest import LANGUAGES, ROOT, lessons, needs_dot
+from conftest import LANGUAGES, NOTEBOOK_LESSON, ROOT, lessons, needs_dot
 
 # One worker runs them all: they share the built site, its server and one Chromium.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("site")]
@@ -371,10 +371,10 @@ def test_screenshots_and_no_third_party_request(browse, server, lang):
 
 
 def test_a_downloaded_notebook_runs(site, tmp_path):
-    """Execute the first lesson's notebook, as downloaded, with a Jupyter kernel."""
+    """Execute the quickstart's notebook, as downloaded, with a Jupyter kernel."""
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
-    first = lesson_pages("en")[0]
+    first = NOTEBOOK_LESSON
     found = sorted((site / "en" / "_downloads").glob(f"*/{first.stem}.ipynb"))
     assert found, f"the site offers no {first.stem}.ipynb"
     notebook = nbformat.read(shutil.copy(found[0], tmp_path / found[0].name), as_version=4)

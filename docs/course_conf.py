@@ -48,6 +48,7 @@ API_MODULES = (
 TEXT = {
     "zh_TW": {
         "project": "PT2E 量化：從圖開始",
+        "search_bar_text": "搜尋課程內容…",
         "short_title": "PT2E 量化：從圖開始",
         "gallery_title": "課程",
         "language_name": "繁體中文",
@@ -64,6 +65,7 @@ TEXT = {
     },
     "en": {
         "project": "PT2E quantization from the graph up",
+        "search_bar_text": "Search the docs ...",  # the theme's own default
         "short_title": "PT2E from the graph up",
         "gallery_title": "Lessons",
         "language_name": "English",
@@ -196,6 +198,7 @@ def make_config(lang: str) -> dict:
             "navigation_with_keys": False,
             "logo": {"text": text["short_title"]},
             "show_toc_level": 2,
+            "search_bar_text": text["search_bar_text"],
             "navbar_end": ["language-switch", "theme-switcher", "navbar-icon-links"],
             "article_header_end": ["colab-link"],
             "footer_start": ["copyright"],

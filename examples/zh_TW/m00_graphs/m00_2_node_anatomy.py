@@ -49,7 +49,7 @@ draw(gm, title="匯出後的 small_cnn")
 # %%
 # 步驟 1 — 六種 node
 # ------------------
-# ``node.op`` 是六個字串之一。為了六種都看到，這裡把匯出的圖，
+# ``node.op`` 是六個字串之一。為了把六種都看到，這裡把匯出的圖
 # 和 ``torch.fx.symbolic_trace`` 產生的圖並排比較；symbolic_trace 是較早的 tracer，
 # 它用代理物件（proxy）走過 ``forward`` 的 Python 程式碼，而不是執行 ATen 運算。
 # 另外再加上一個呼叫 tensor「方法」的一行函式。
@@ -120,7 +120,7 @@ assert flatten.target.overloadpacket == torch.ops.aten.flatten, (
 schema_args = conv.target._schema.arguments
 for argument, value in zip(schema_args, conv.args, strict=False):
     kind = "node" if isinstance(value, torch.fx.Node) else "常數"
-    print(f"{argument.name:8} = {value!s:12} ({kind})")
+    print(f"{argument.name:8} = {value!s:12}（{kind}）")
 print(f"kwargs = {conv.kwargs}")
 assert [a.name for a in conv.args[:3]] == ["x", "conv_weight", "conv_bias"], "張量引數是 node"
 assert conv.args[3:] == ([1, 1], [1, 1]) and conv.kwargs == {}, "stride 為 1、padding 為 1"
@@ -206,7 +206,7 @@ assert nodes["linear"].meta["val"].shape == (x.shape[0], 10), "批次大小 2，
 # 步驟 6 — meta["nn_module_stack"]：node 來自哪個模組
 # ---------------------------------------------------
 # ``nn_module_stack`` 列出記錄這個運算時正在執行 ``forward`` 的各層模組，由外而內，
-# 每一項是（屬性路徑, 類別名稱）。最後一項是最內層的模組：``conv2d`` 來自 ``model.conv``。
+# 每一項是（屬性路徑，類別名稱）。最後一項是最內層的模組：``conv2d`` 來自 ``model.conv``。
 # ``flatten`` 是在 ``SmallCNN.forward`` 裡直接呼叫的，所以它最內層的模組就是根模組，
 # 路徑是 ``""``。
 

@@ -22,7 +22,7 @@ M00-4 改圖：PT2E 會用到的 torch.fx 圖操作
 或〈:ref:`FX Graph 與 Node 基礎 <fx-basics>`〉一文。
 
 .. note::
-   六個步驟都原地修改同一個 ``gm``。在 notebook 裡請由上而下依序執行；
+   六個步驟都原地修改同一個 ``gm``。在 Jupyter 筆記本裡請由上而下依序執行；
    跳著執行或重跑某一格，圖就會和說明對不上。要重來，就重新啟動 kernel，從頭執行。
 """
 
@@ -365,4 +365,4 @@ with torch.no_grad():
 # 下一課
 # ------
 # M01 模組開始讀 torchao 產生的圖：
-# :ref:`M01-1 · PT2E 流程 <sphx_glr_lessons_m01_quantized_graphs_m01_1_pt2e_flow.py>`。
+# :ref:`M01-1 · PT2E 全流程 <sphx_glr_lessons_m01_quantized_graphs_m01_1_pt2e_flow.py>`。

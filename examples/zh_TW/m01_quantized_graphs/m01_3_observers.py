@@ -114,8 +114,8 @@ for node in observer_nodes:
 # 步驟 2 — 餵四個 observer 同一份資料
 # ------------------------------------
 # 兩個 per-tensor 的 MinMax observer：一個 affine（像活化值），一個 symmetric（像 weight，
-# 但整個張量只用一個 scale）；一個沿這些活化值的 channel 軸（axis 1）的 per-channel
-# MinMax observer，和 weight 一樣是 symmetric；以及活化值用的 histogram observer。
+# 但整個張量只用一個 scale）；第三個是 per-channel 的 MinMax observer，沿這批活化值的通道軸
+# （axis 1）計算，和 weight 一樣用 symmetric；以及活化值用的 histogram observer。
 
 observers = {
     "minmax affine": MinMaxObserver(

@@ -329,7 +329,7 @@ for name, size in sizes.items():
 assert sizes["int8, .pte"] < 0.3 * sizes["fp32, torch.export.save"], "四分之一，再加上 scale"
 
 # %%
-# 總結
+# 小結
 # ----
 # - ``.pte`` 是一個 FlatBuffer 程式（執行計畫、運算子、delegate）加上區段：XNNPACK 酬載，
 #   以及存成 named data 的 weight，每個 int8 weight 一個位元組。

@@ -69,7 +69,7 @@ draw(simulated, highlight=floats, title="convert_pt2e 之後：夾在 q/dq 之�
 assert len(floats) == 2, "conv 與 linear 仍然用浮點數計算"
 
 # %%
-# **修正**：把圖 lowering 成 int8 kernel。``torch.compile`` 只有在
+# **修正**：把圖下放（lowering）到 int8 kernel。``torch.compile`` 只有在
 # ``torch._inductor.config.freezing = True`` 時才會這麼做，而它預設是關閉的（這就是陷阱：
 # 沒有它，編譯後的 int8 模型仍然只是模擬）；不編譯時，用 ``lower_pt2e_quantized_to_x86``
 # （還需要下一個條目的修正）。int8 之後是否比 fp32 快，取決於模型大小與 CPU；量測見

@@ -52,7 +52,7 @@ draw(gm, title="匯出後的 small_cnn")
 # ``node.op`` 是六個字串之一。為了把六種都看到，這裡把匯出的圖
 # 和 ``torch.fx.symbolic_trace`` 產生的圖並排比較；symbolic_trace 是較早的 tracer，
 # 它用代理物件（proxy）走過 ``forward`` 的 Python 程式碼，而不是執行 ATen 運算。
-# 另外再加上一個呼叫 tensor「方法」的一行函式。
+# 另外再加上一個呼叫張量「方法」的一行函式。
 
 OP_KINDS = ("placeholder", "get_attr", "call_function", "call_module", "call_method", "output")
 exported = Counter(node.op for node in gm.graph.nodes)
@@ -68,7 +68,7 @@ assert set(exported) | set(traced) | set(method) == set(OP_KINDS), "只有這六
 # weight 是 ``get_attr`` node（``state_dict`` 的每一項各一個）；
 # 唯一的 ``call_module`` 是 M00-1 提過的 ``_guards_fn``。
 # ``symbolic_trace`` 則把每個 submodule 保留成一個 ``call_module`` node，weight 留在模組裡面；
-# 像 ``t.flatten(1)`` 這樣的 tensor 方法會變成 ``call_method``。
+# 像 ``t.flatten(1)`` 這樣的張量方法會變成 ``call_method``。
 # export 的圖裡沒有 ``call_method``：它記下的是方法背後的 ATen 運算子。
 
 leaf_modules = [name for name, m in model.named_modules() if not list(m.children())]
@@ -113,7 +113,7 @@ assert flatten.target.overloadpacket == torch.ops.aten.flatten, (
 # %%
 # 步驟 3 — args 與 kwargs：node 讀取什麼
 # --------------------------------------
-# ``args`` 依運算子 schema 的順序排列。有些項目是其他 node（也就是 tensor），
+# ``args`` 依運算子 schema 的順序排列。有些項目是其他 node（也就是張量），
 # 有些是直接寫進圖裡的 Python 常數（stride 與 padding）。
 # 維持預設值的參數（``dilation``、``groups``）就乾脆不寫。
 
@@ -197,7 +197,7 @@ for node, real in interpreter.env.items():
         )
 
 # %%
-# 注意 ``meta["val"]`` 裡的 batch 大小是 2，也就是範例輸入的 batch：
+# 注意 ``meta["val"]`` 裡的批次大小是 2，也就是範例輸入的 batch：
 # 這正是 ``_guards_fn`` 檢查的那個固定下來的大小（M00-1）。
 
 assert nodes["linear"].meta["val"].shape == (x.shape[0], 10), "批次大小 2，和匯出時一樣"

@@ -92,7 +92,7 @@ class Recorder(torch.fx.Interpreter):
 # %%
 # 步驟 1 — 用 torchao 做 lowering
 # -------------------------------
-# ``lower_pt2e_quantized_to_x86(model, example_inputs)`` 傳回一張新的圖。conv 和 linear
+# ``lower_pt2e_quantized_to_x86(model, example_inputs)`` 回傳一張新的圖。conv 和 linear
 # 不見了，取而代之的是 ``onednn.qconv_pointwise`` 與 ``onednn.qlinear_pointwise`` 。
 
 lowered = lower_pt2e_quantized_to_x86(simulated, x)
@@ -189,7 +189,7 @@ with expect_error(RuntimeError, match="Cannot view a tensor"):
 torch._dynamo.reset()
 
 # %%
-# 修正方法：把每個 ``view`` 換成 ``reshape`` ，它傳回相同的數值，只在無法用 view 時才複製
+# 修正方法：把每個 ``view`` 換成 ``reshape`` ，它回傳相同的數值，只在無法用 view 時才複製
 # （ ``common.lowering.reshape_views`` ，五行程式碼）。現在可以執行了。
 
 print("改了：", reshape_views(lowered))
@@ -269,7 +269,7 @@ assert sqnr_7bit > 40, "輸出只差在捨入"
 # oneDNN 只在第一次使用時讀一次 ``ONEDNN_MAX_CPU_ISA`` （ ``AVX2`` 、 ``AVX512_CORE`` = 沒有
 # VNNI 的 AVX-512……），ATen 讀 ``ATEN_CPU_CAPABILITY`` ：要看另一條 kernel 路徑，得開一個
 # 新的直譯器。 ``run_under_isa(isa, source)`` 在新的直譯器裡、以 ``isa`` 為上限執行
-# ``source`` ，傳回它設定的 ``result`` 。這段程式把步驟 1、5、6 對兩種做法各做一次。
+# ``source`` ，回傳它設定的 ``result`` 。這段程式把步驟 1、5、6 對兩種做法各做一次。
 
 STEP_6 = """
 import torch

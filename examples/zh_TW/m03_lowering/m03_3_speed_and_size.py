@@ -67,7 +67,7 @@ print(f"每批 {BATCH} 張 {input_shape('conv_net')} 影像")
 
 # %%
 # ``compiled`` 用 ``torch.compile`` 編譯模型的一份複本（freezing 開或關），並執行一次
-# （編譯就發生在這時）；它傳回編譯後的模型，以及 inductor 為 oneDNN 的 int8 kernel 預先打包了
+# （編譯就發生在這時）；它回傳編譯後的模型，以及 inductor 為 oneDNN 的 int8 kernel 預先打包了
 # 幾個 conv。編譯時用的執行緒數量和計時時相同：inductor 會把這個數量寫進它產生的程式碼，
 # 為兩個執行緒編譯、卻和單執行緒的模型一起計時，就不再是同類相比。
 

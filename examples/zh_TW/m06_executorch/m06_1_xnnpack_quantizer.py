@@ -84,7 +84,7 @@ def xnnpack_quantizer(**options):
 
 # %%
 # ``annotated`` 匯出這個區塊，讓 quantizer 標注它（先執行 ``transform_for_annotation`` ，
-# 和 ``prepare_pt2e`` 的做法一樣），再傳回這張圖； ``describe_spec`` 把一個規格寫成
+# 和 ``prepare_pt2e`` 的做法一樣），再回傳這張圖； ``describe_spec`` 把一個規格寫成
 # ``int8[-128,127] affine`` 這樣的形式。
 
 

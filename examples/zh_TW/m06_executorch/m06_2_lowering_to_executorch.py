@@ -189,7 +189,7 @@ print("執行環境的輸出", tuple(y.shape), y.dtype)
 # %%
 # 步驟 5 — 親手寫的 partitioner
 # -----------------------------
-# partitioner 是有兩個方法的類別。 ``ops_to_not_decompose(program)`` 傳回後端要求保持完整的
+# partitioner 是有兩個方法的類別。 ``ops_to_not_decompose(program)`` 回傳後端要求保持完整的
 # ATen 運算，以及挑選 node 的篩選函式（其餘的由 ExecuTorch 拆解）。 ``partition(program)`` 在
 # 要委派的 node 上設定 ``node.meta["delegation_tag"]`` 。 ``common.edge.CoursePartitioner``
 # 把它知道的一切放在一張表 ``SUPPORTED`` 裡：XNNPACK 執行的每個運算、它有沒有 int8 核心程式，
@@ -232,7 +232,7 @@ with expect_error(NotImplementedError, match="does not know hardswish"):
     )
 
 # %%
-# 它也會檢查拿到的是什麼： ``GraphModule`` （ ``convert_pt2e`` 的傳回值）還不是程式。
+# 它也會檢查拿到的是什麼： ``GraphModule`` （ ``convert_pt2e`` 的回傳值）還不是程式。
 
 with expect_error(TypeError, match="expects an ExportedProgram, got a GraphModule"):
     CoursePartitioner().partition(program.module())

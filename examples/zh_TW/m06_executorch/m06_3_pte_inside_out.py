@@ -370,7 +370,7 @@ assert sizes["int8, .pte"] < 0.3 * sizes["fp32, torch.export.save"], "四分之�
 #
 #          with expect_error(RuntimeError), contextlib.redirect_stderr(io.StringIO()):
 #              forward.execute([example_inputs(3, shape=SHAPE)[0]])
-#          # 形狀在匯出時就固定了，記憶體區也是照它們規劃的：要接受其他 batch 大小，
+#          # 形狀在匯出時就固定了，記憶體區也是照它們規劃的：要接受其他批次大小，
 #          # 匯出時請加上 dynamic_shapes。
 #
 # 延伸閱讀

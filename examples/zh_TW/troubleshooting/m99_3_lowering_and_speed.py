@@ -51,7 +51,7 @@ simulated = quantize(floating, x)
 # %%
 # int8 比浮點數還慢
 # -----------------
-# ``convert_pt2e`` 傳回的模型比原本的浮點模型還慢。計時結果（單一執行緒、交錯輪流量測；
+# ``convert_pt2e`` 回傳的模型比原本的浮點模型還慢。計時結果（單一執行緒、交錯輪流量測；
 # 只印出，從不 assert）：
 
 print(compare_speed({"fp32": floating, "int8 q/dq": simulated}, x, rounds=20).table())
@@ -99,7 +99,7 @@ with expect_error(RuntimeError, match="view size is not compatible"):
     failing(*x)
 
 # %%
-# **原因**，在圖上看：oneDNN 的 int8 conv 傳回 **channels-last** 的張量（記憶體裡是
+# **原因**，在圖上看：oneDNN 的 int8 conv 回傳 **channels-last** 的張量（記憶體裡是
 # NHWC）；``flatten`` 追蹤成的 ``view`` （標示處）不複製就無法重組 NHWC 張量。
 # ``torch.compile`` 自己選擇記憶體排列，不受影響。
 

@@ -169,7 +169,7 @@ print("每條邊在兩個方向都找得到")
 # %%
 # 步驟 5 — meta["val"]：不必執行就知道形狀與 dtype
 # -------------------------------------------------
-# export 是拿「假」tensor（fake tensor）追蹤模型的（M00-1）：它有形狀、dtype、device，卻沒有資料。
+# export 是拿「假」張量（fake tensor）追蹤模型的（M00-1）：它有形狀、dtype、device，卻沒有資料。
 # 每個 node 把自己的假結果存在 ``meta["val"]``。要讀它的數值就會失敗。
 
 val = conv.meta["val"]
@@ -222,7 +222,7 @@ assert flatten_stack == [("", "common.models.SmallCNN")], "由根模組自己的
 # %%
 # 另一個記錄來源的欄位 ``source_fn_stack``，記的是產生這個 node 的 Python
 # 層呼叫（模組類別或函式）。在 torch 2.13，預設的 export 把 ``forward`` 當一般 Python
-# 執行（``strict=False``），並不填這個欄位；它改寫 ``torch_fn``：一個唯一的名字，
+# 執行（``strict=False``），並不填這個欄位，改為記錄 ``torch_fn``：一個唯一的名字，
 # 加上被呼叫的 torch 函式的種類與名稱。
 
 print(f"meta 裡有 source_fn_stack 嗎？{'source_fn_stack' in conv.meta}")

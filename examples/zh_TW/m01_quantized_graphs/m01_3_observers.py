@@ -272,7 +272,7 @@ dead = PerChannelMinMaxObserver(
 )
 dead(torch.stack([torch.zeros(5), torch.linspace(-1, 1, 5)]))
 dead_scales, _ = dead.calculate_qparams()
-print(f"channel 0 全為 0 時的 scale：{dead_scales.tolist()}")
+print(f"通道 0 全為 0 時的 scale：{dead_scales.tolist()}")
 assert dead_scales[0] == EPS, "全為 0 的通道得到 scale eps"
 assert same(dead_scales, qparams_by_hand(dead.min_val, dead.max_val, -128, 127, True)[0]), (
     "親手算的公式也一樣"

@@ -342,7 +342,7 @@ columns = {
     "quantize_per_channel": "q/ch",
     "dequantize_per_channel": "dq/ch",
 }
-print(f"{'階段':<9}" + "".join(f"{label:>7}" for label in columns.values()))
+print(f"{'階段':<8}" + "".join(f"{label:>7}" for label in columns.values()))
 for stage, counts in stages.items():
     print(f"{stage:<10}" + "".join(f"{counts[key]:>7}" for key in columns))
 

@@ -48,6 +48,8 @@ API_MODULES = (
 TEXT = {
     "zh_TW": {
         "project": "PT2E 量化：從圖開始",
+        "search_bar_text": "搜尋課程內容…",
+        "copyright": "2026 pt2e-course 貢獻者",
         "short_title": "PT2E 量化：從圖開始",
         "gallery_title": "課程",
         "language_name": "繁體中文",
@@ -64,6 +66,8 @@ TEXT = {
     },
     "en": {
         "project": "PT2E quantization from the graph up",
+        "search_bar_text": "Search the docs ...",  # the theme's own default
+        "copyright": "2026, pt2e-course contributors",
         "short_title": "PT2E from the graph up",
         "gallery_title": "Lessons",
         "language_name": "English",
@@ -155,7 +159,7 @@ def make_config(lang: str) -> dict:
     return {
         "project": text["project"],
         "author": "pt2e-course contributors",
-        "copyright": "2026, pt2e-course contributors",
+        "copyright": text["copyright"],
         "language": lang,
         "extensions": [
             "myst_nb",
@@ -196,6 +200,7 @@ def make_config(lang: str) -> dict:
             "navigation_with_keys": False,
             "logo": {"text": text["short_title"]},
             "show_toc_level": 2,
+            "search_bar_text": text["search_bar_text"],
             "navbar_end": ["language-switch", "theme-switcher", "navbar-icon-links"],
             "article_header_end": ["colab-link"],
             "footer_start": ["copyright"],

@@ -7,15 +7,21 @@ between ``x`` and a full-width comma shows too (「x ，」). This transform rem
 of every page of a Chinese build:
 
 - a whitespace run that holds a line break, between two CJK characters;
-- a whitespace run next to full-width punctuation (its own width is the spacing).
+- a whitespace run next to full-width punctuation (its own width is the spacing);
+- a whitespace run between two CJK characters at an inline-markup boundary: reST needs
+  whitespace around ``*em*``, ``**strong**`` and links, so 「把 **量化後** 的」 would show
+  as 「把 量化後 的」.
 
-It keeps the space between Chinese and Latin words (「呼叫 quantizer」) and a space written
-on one line between two Chinese characters, and it never touches code, literal blocks or raw
-HTML. The python-docs-zh-tw translators write zh-TW this way.
+It keeps the space between Chinese and Latin words (「呼叫 quantizer」, 「呼叫 ``x``」) and a
+space written on one line between two Chinese characters inside one run of text, and it never
+touches code, literal blocks or raw HTML. The python-docs-zh-tw translators write zh-TW this way.
 
 So a writer may (and, before an opening bracket such as 「（」, must) leave a space between
-reST inline markup and full-width punctuation: ``x`` （ parses where ``x``（ does not, and
-the page shows x（.
+reST inline markup and full-width punctuation or Chinese: ``x`` （ parses where ``x``（ does
+not, and the page shows x（.
+
+On zh pages it also gives the HTML writer's field lists (the API page's 「參數」「回傳」)
+a full-width colon: docutils writes a half-width one after every field name.
 """
 
 import re
@@ -50,8 +56,9 @@ def tidy(text: str, before: str = "", after: str = "") -> str:
         after: the character shown just after it ("" at the block's end).
 
     Returns:
-        The text with each whitespace run that holds a line break between two CJK characters,
-        or touches full-width punctuation, removed.
+        The text with each whitespace run removed that holds a line break between two CJK
+        characters, touches full-width punctuation, or lies between two CJK characters at the
+        edge of ``text`` (an inline-markup boundary: ``before``/``after`` come from another node).
 
     >>> tidy("把模型\\n執行一次")
     '把模型執行一次'
@@ -59,6 +66,8 @@ def tidy(text: str, before: str = "", after: str = "") -> str:
     '，寫明'
     >>> tidy("呼叫\\nquantizer 的 annotate")
     '呼叫\\nquantizer 的 annotate'
+    >>> tidy(" 代價", before="有")  # after *有沒有*
+    '代價'
     """
 
     def replace(match: re.Match) -> str:
@@ -69,7 +78,9 @@ def tidy(text: str, before: str = "", after: str = "") -> str:
             return match.group()
         if _IS_PUNCTUATION.match(left) or _IS_PUNCTUATION.match(right):
             return ""
-        if "\n" in match.group() and _IS_CJK.match(left) and _IS_CJK.match(right):
+        between_cjk = _IS_CJK.match(left) and _IS_CJK.match(right)
+        at_boundary = start == 0 or end == len(text)
+        if between_cjk and ("\n" in match.group() or at_boundary):
             return ""
         return match.group()
 
@@ -108,7 +119,7 @@ class ZhSpacing(Transform):
     def apply(self, **kwargs) -> None:
         env = getattr(self.document.settings, "env", None)
         language = env.config.language if env else self.document.settings.language_code
-        if not (language or "").lower().startswith("zh"):
+        if not _is_chinese(language):
             return
         texts = list(self.document.findall(nodes.Text))
         blocks = [_block(text) for text in texts]
@@ -139,7 +150,28 @@ class ZhSpacing(Transform):
         return ""
 
 
+class FullWidthFieldColon:
+    """HTML translator mixin: 「參數：」, not docutils' 「參數:」, after a field list's name."""
+
+    def depart_field_name(self, node) -> None:
+        self.body.append('<span class="colon">：</span></dt>\n')
+
+
+def _full_width_field_colon(app) -> None:
+    if app.builder.format != "html" or not _is_chinese(app.config.language):
+        return
+    base = app.registry.translators.get(app.builder.name, app.builder.default_translator_class)
+    # Before the theme's builder-inited handler, which wraps whatever translator is registered.
+    translator = type("ZhHTMLTranslator", (FullWidthFieldColon, base), {})
+    app.set_translator(app.builder.name, translator, override=True)
+
+
+def _is_chinese(language: str | None) -> bool:
+    return (language or "").lower().startswith("zh")
+
+
 def setup(app) -> dict:
     app.add_transform(ZhSpacing)
     app.add_post_transform(ZhSpacing)  # text that cross-references bring at write time
+    app.connect("builder-inited", _full_width_field_colon, priority=100)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -75,12 +75,12 @@ assert zeros_program.graph_module.code == program.graph_module.code, "數值不�
 
 # %%
 # 圖有八個輸入，而不是一個。export 會把每個 parameter 和 buffer「提升」（lift）成獨立的輸入，
-# 讓整張圖成為只依賴輸入的純函式：前七個是模型狀態裡的 tensor，最後是 ``x``，
+# 讓整張圖成為只依賴輸入的純函式：前七個是模型狀態裡的張量，最後是 ``x``，
 # 名字沿用 ``forward()`` 的參數名稱。
 
 placeholders = [node.name for node in program.graph.nodes if node.op == "placeholder"]
 print(placeholders)
-assert len(placeholders) == len(model.state_dict()) + 1, "每個狀態 tensor 一個輸入，再加上 x"
+assert len(placeholders) == len(model.state_dict()) + 1, "每個狀態張量一個輸入，再加上 x"
 assert placeholders[-1] == "x", "使用者的輸入排最後，名字和 forward(self, x) 相同"
 
 # %%
@@ -112,11 +112,11 @@ assert signature.user_inputs == ("x",) and signature.user_outputs == ("relu",)
 # sphinx_gallery_end_ignore
 
 # %%
-# tensor 本身放在 ``program.state_dict`` 裡。export 並不複製它們：那就是模型自己的 tensor，
+# 張量本身放在 ``program.state_dict`` 裡。export 並不複製它們：那就是模型自己的張量，
 # 所以原地修改模型的 weight，program 也會跟著變。
 
 print(list(program.state_dict))
-assert program.state_dict["conv.weight"] is model.conv.weight, "是同一個 tensor 物件"
+assert program.state_dict["conv.weight"] is model.conv.weight, "是同一個張量物件"
 
 # %%
 # ``ExportedProgram`` 不能直接呼叫；錯誤訊息會告訴你該怎麼做。
@@ -138,7 +138,7 @@ assert is_graph_module and is_module, "GraphModule 也是 nn.Module"
 draw(gm, highlight=["_guards_fn"], title="program.module()：get_attr node 與 _guards_fn")
 
 # %%
-# 現在只剩 ``x`` 一個輸入。狀態 tensor 又變回 ``gm`` 的屬性，
+# 現在只剩 ``x`` 一個輸入。狀態張量又變回 ``gm`` 的屬性，
 # 圖裡每個都由一個 ``get_attr`` node 讀取：它的 ``target`` 是屬性路徑，
 # 名字是把 ``.`` 換成 ``_`` 的路徑（``conv_weight``，不再有 ``p_`` 前綴）。
 # 圖上不替這些 node 另畫方框，而是寫在讀它的 node 標籤裡，記作 ``‹conv_weight›``。
@@ -150,9 +150,9 @@ inputs = [node.name for node in gm.graph.nodes if node.op == "placeholder"]
 print(f"placeholders: {inputs}")
 print(f"get_attr:     {attrs}")
 assert inputs == ["x"], "圖的輸入只剩使用者的輸入"
-assert set(attrs.values()) == set(model.state_dict()), "每個狀態 tensor 一個 get_attr"
+assert set(attrs.values()) == set(model.state_dict()), "每個狀態張量一個 get_attr"
 assert all(name == target.replace(".", "_") for name, target in attrs.items()), "路徑，. → _"
-assert gm.get_parameter("conv.weight") is model.conv.weight, "仍然是模型自己的 tensor"
+assert gm.get_parameter("conv.weight") is model.conv.weight, "仍然是模型自己的張量"
 unread = next(n for n in gm.graph.nodes if n.name == "bn_num_batches_tracked")
 assert not unread.users, "沒有人讀 bn_num_batches_tracked"
 
@@ -160,7 +160,7 @@ assert not unread.users, "沒有人讀 bn_num_batches_tracked"
 # 步驟 4 — _guards_fn 是做什麼的
 # ------------------------------
 # export 記下的是「這個」 ``x`` 的圖：沒有指定 ``dynamic_shapes`` 時，每個維度的大小都固定，
-# 連 batch 大小 2 也是。所以 ``.module()`` 會在 placeholder 後面插入一個 ``call_module`` node，
+# 連批次大小 2 也是。所以 ``.module()`` 會在 placeholder 後面插入一個 ``call_module`` node，
 # 拿輸入去呼叫 submodule ``_guards_fn``。它檢查輸入是否符合這些假設，不回傳任何東西，
 # 因此這個 node 沒有使用者。
 
@@ -173,7 +173,7 @@ assert not guards.users, "它不回傳任何東西，所以沒有人讀它"
 
 # %%
 # eager 模型吃得下 batch 為 3 的輸入，匯出的圖卻拒絕它；
-# 失敗的檢查是 guard ``x.size()[0] == 2`` （2 就是範例輸入的 batch 大小）。
+# 失敗的檢查是 guard ``x.size()[0] == 2`` （2 就是範例輸入的批次大小）。
 
 x3 = example_inputs(3)[0]
 with torch.no_grad():
@@ -212,7 +212,7 @@ assert "self._guards_fn(x)" in gm.code, "guard node 就是呼叫 submodule"
 # ``print_readable`` 印出同樣的程式碼，並標上每個值的 dtype 與形狀（取自 node 的 ``meta["val"]``，
 # 見 M00-2）。
 # 它也會印出每個運算來自哪個檔案的哪一行，這裡只留下運算那幾行。
-# conv 把 3 個 channel 變成 8 個，padding 1 讓大小維持 16 × 16，
+# conv 把 3 個通道變成 8 個，padding 1 讓大小維持 16 × 16，
 # 所以輸出是 ``f32[2, 8, 16, 16]``。
 
 readable = gm.print_readable(print_output=False)
@@ -225,7 +225,7 @@ assert conv_line in readable, "conv 的輸出是 f32[2, 8, 16, 16]"
 # %%
 # 步驟 6 — 和 eager 模型比對
 # --------------------------
-# 圖呼叫的 ATen kernel 和 eager 模型相同，輸入的 tensor 相同，順序也相同，
+# 圖呼叫的 ATen kernel 和 eager 模型相同，輸入的張量相同，順序也相同，
 # 所以輸出不只是接近，而是每個位元都相等。
 
 with torch.no_grad():
@@ -265,7 +265,7 @@ assert torch.equal(from_unguarded, eager), "check_guards 只影響檢查，不�
 #          cnn = get_model("small_cnn")
 #          cnn_program = torch.export.export(cnn, (x,))
 #          cnn_inputs = [n for n in cnn_program.graph.nodes if n.op == "placeholder"]
-#          assert len(cnn_inputs) == len(cnn.state_dict()) + 1 == 10, "9 個狀態 tensor 加上 x"
+#          assert len(cnn_inputs) == len(cnn.state_dict()) + 1 == 10, "9 個狀態張量加上 x"
 #          assert cnn_program.graph_signature.user_outputs == ("linear",), "fc 的 aten.linear"
 #
 # 2. 用 batch 為 4 的輸入匯出 ``conv_relu``。預測拿 ``x`` （batch 為 2）呼叫它的
@@ -280,7 +280,7 @@ assert torch.equal(from_unguarded, eager), "check_guards 只影響檢查，不�
 #              gm4(x)
 #
 # 3. 加上 ``dynamic_shapes={"x": {0: torch.export.Dim("batch")}}`` 重新匯出 ``model``。
-#    預測 ``.module()`` 遇到 ``x3`` 會怎樣，以及 ``conv2d`` 的 ``meta["val"]`` 裡 batch 大小是什麼。
+#    預測 ``.module()`` 遇到 ``x3`` 會怎樣，以及 ``conv2d`` 的 ``meta["val"]`` 裡批次大小是什麼。
 #
 #    .. dropdown:: 解答
 #
@@ -291,7 +291,7 @@ assert torch.equal(from_unguarded, eager), "check_guards 只影響檢查，不�
 #          with torch.no_grad():
 #              assert torch.equal(gm_dynamic(x3), model(x3)), "現在 batch 為 3 也能用"
 #          conv_val = next(n for n in gm_dynamic.graph.nodes if n.name == "conv2d").meta["val"]
-#          assert isinstance(conv_val.shape[0], torch.SymInt), "batch 大小是一個符號"
+#          assert isinstance(conv_val.shape[0], torch.SymInt), "批次大小是一個符號"
 
 # %%
 # 延伸閱讀

@@ -49,10 +49,10 @@ draw(gm, title="匯出後的 small_cnn")
 # %%
 # 步驟 1 — 六種 node
 # ------------------
-# ``node.op`` 是六個字串之一。為了六種都看到，這裡把匯出的圖，
+# ``node.op`` 是六個字串之一。為了把六種都看到，這裡把匯出的圖
 # 和 ``torch.fx.symbolic_trace`` 產生的圖並排比較；symbolic_trace 是較早的 tracer，
 # 它用代理物件（proxy）走過 ``forward`` 的 Python 程式碼，而不是執行 ATen 運算。
-# 另外再加上一個呼叫 tensor「方法」的一行函式。
+# 另外再加上一個呼叫張量「方法」的一行函式。
 
 OP_KINDS = ("placeholder", "get_attr", "call_function", "call_module", "call_method", "output")
 exported = Counter(node.op for node in gm.graph.nodes)
@@ -68,7 +68,7 @@ assert set(exported) | set(traced) | set(method) == set(OP_KINDS), "只有這六
 # weight 是 ``get_attr`` node（``state_dict`` 的每一項各一個）；
 # 唯一的 ``call_module`` 是 M00-1 提過的 ``_guards_fn``。
 # ``symbolic_trace`` 則把每個 submodule 保留成一個 ``call_module`` node，weight 留在模組裡面；
-# 像 ``t.flatten(1)`` 這樣的 tensor 方法會變成 ``call_method``。
+# 像 ``t.flatten(1)`` 這樣的張量方法會變成 ``call_method``。
 # export 的圖裡沒有 ``call_method``：它記下的是方法背後的 ATen 運算子。
 
 leaf_modules = [name for name, m in model.named_modules() if not list(m.children())]
@@ -113,14 +113,14 @@ assert flatten.target.overloadpacket == torch.ops.aten.flatten, (
 # %%
 # 步驟 3 — args 與 kwargs：node 讀取什麼
 # --------------------------------------
-# ``args`` 依運算子 schema 的順序排列。有些項目是其他 node（也就是 tensor），
+# ``args`` 依運算子 schema 的順序排列。有些項目是其他 node（也就是張量），
 # 有些是直接寫進圖裡的 Python 常數（stride 與 padding）。
 # 維持預設值的參數（``dilation``、``groups``）就乾脆不寫。
 
 schema_args = conv.target._schema.arguments
 for argument, value in zip(schema_args, conv.args, strict=False):
     kind = "node" if isinstance(value, torch.fx.Node) else "常數"
-    print(f"{argument.name:8} = {value!s:12} ({kind})")
+    print(f"{argument.name:8} = {value!s:12}（{kind}）")
 print(f"kwargs = {conv.kwargs}")
 assert [a.name for a in conv.args[:3]] == ["x", "conv_weight", "conv_bias"], "張量引數是 node"
 assert conv.args[3:] == ([1, 1], [1, 1]) and conv.kwargs == {}, "stride 為 1、padding 為 1"
@@ -169,7 +169,7 @@ print("每條邊在兩個方向都找得到")
 # %%
 # 步驟 5 — meta["val"]：不必執行就知道形狀與 dtype
 # -------------------------------------------------
-# export 是拿「假」tensor（fake tensor）追蹤模型的（M00-1）：它有形狀、dtype、device，卻沒有資料。
+# export 是拿「假」張量（fake tensor）追蹤模型的（M00-1）：它有形狀、dtype、device，卻沒有資料。
 # 每個 node 把自己的假結果存在 ``meta["val"]``。要讀它的數值就會失敗。
 
 val = conv.meta["val"]
@@ -197,7 +197,7 @@ for node, real in interpreter.env.items():
         )
 
 # %%
-# 注意 ``meta["val"]`` 裡的 batch 大小是 2，也就是範例輸入的 batch：
+# 注意 ``meta["val"]`` 裡的批次大小是 2，也就是範例輸入的 batch：
 # 這正是 ``_guards_fn`` 檢查的那個固定下來的大小（M00-1）。
 
 assert nodes["linear"].meta["val"].shape == (x.shape[0], 10), "批次大小 2，和匯出時一樣"
@@ -206,7 +206,7 @@ assert nodes["linear"].meta["val"].shape == (x.shape[0], 10), "批次大小 2，
 # 步驟 6 — meta["nn_module_stack"]：node 來自哪個模組
 # ---------------------------------------------------
 # ``nn_module_stack`` 列出記錄這個運算時正在執行 ``forward`` 的各層模組，由外而內，
-# 每一項是（屬性路徑, 類別名稱）。最後一項是最內層的模組：``conv2d`` 來自 ``model.conv``。
+# 每一項是（屬性路徑，類別名稱）。最後一項是最內層的模組：``conv2d`` 來自 ``model.conv``。
 # ``flatten`` 是在 ``SmallCNN.forward`` 裡直接呼叫的，所以它最內層的模組就是根模組，
 # 路徑是 ``""``。
 
@@ -222,7 +222,7 @@ assert flatten_stack == [("", "common.models.SmallCNN")], "由根模組自己的
 # %%
 # 另一個記錄來源的欄位 ``source_fn_stack``，記的是產生這個 node 的 Python
 # 層呼叫（模組類別或函式）。在 torch 2.13，預設的 export 把 ``forward`` 當一般 Python
-# 執行（``strict=False``），並不填這個欄位；它改寫 ``torch_fn``：一個唯一的名字，
+# 執行（``strict=False``），並不填這個欄位，改為記錄 ``torch_fn``：一個唯一的名字，
 # 加上被呼叫的 torch 函式的種類與名稱。
 
 print(f"meta 裡有 source_fn_stack 嗎？{'source_fn_stack' in conv.meta}")

@@ -11,7 +11,7 @@ M00-4 改圖：PT2E 會用到的 torch.fx 圖操作
 **你會學到**
 
 - 在某個 node 後面插入新 node，並把下游改接過去（M02-2 插入 observer 的做法）
-- 把 ``call_module`` 換成 ``call_function``、把 tensor 常數放進圖裡（M02-3 convert 的做法）
+- 把 ``call_module`` 換成 ``call_function``、把張量常數放進圖裡（M02-3 convert 的做法）
 - 改完圖之後為什麼一定要 ``recompile``、``eliminate_dead_code`` 會留下什麼，以及怎麼用
   ``lint`` 檢查
 
@@ -22,7 +22,7 @@ M00-4 改圖：PT2E 會用到的 torch.fx 圖操作
 或〈:ref:`FX Graph 與 Node 基礎 <fx-basics>`〉一文。
 
 .. note::
-   六個步驟都原地修改同一個 ``gm``。在 notebook 裡請由上而下依序執行；
+   六個步驟都原地修改同一個 ``gm``。在 Jupyter 筆記本裡請由上而下依序執行；
    跳著執行或重跑某一格，圖就會和說明對不上。要重來，就重新啟動 kernel，從頭執行。
 """
 
@@ -192,10 +192,10 @@ print(f"mul.args = {mul.args}")
 assert mul.args == (relu, 2.0), "2.0 是 args 裡的常數，不是 node"
 
 # %%
-# 步驟 5 — 把 tensor 常數放進圖裡
+# 步驟 5 — 把張量常數放進圖裡
 # -------------------------------
 # Python 數字可以直接寫進參數，per-tensor 的 scale／zero point 就是這樣存的（M01 會看到）。
-# tensor 常數（例如 per-channel 的 scale）則要先用 ``register_buffer`` 註冊，
+# 張量常數（例如 per-channel 的 scale）則要先用 ``register_buffer`` 註冊，
 # 再由 ``get_attr`` node 讀出來。
 
 before = copy.deepcopy(gm)
@@ -365,4 +365,4 @@ with torch.no_grad():
 # 下一課
 # ------
 # M01 模組開始讀 torchao 產生的圖：
-# :ref:`M01-1 · PT2E 流程 <sphx_glr_lessons_m01_quantized_graphs_m01_1_pt2e_flow.py>`。
+# :ref:`M01-1 · PT2E 全流程 <sphx_glr_lessons_m01_quantized_graphs_m01_1_pt2e_flow.py>`。

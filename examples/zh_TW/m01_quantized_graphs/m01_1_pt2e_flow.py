@@ -83,7 +83,7 @@ def node_named(gm, name):
 # 步驟 1 — 匯出浮點模型
 # ----------------------
 # 匯出的圖算出來的結果和 eager 模型一模一樣。匯出時用一批八張圖片，和之後 ``calibrate``
-# 餵的批次大小相同，因為 ``torch.export`` 會把 batch 大小記成 guard：四張一批就會被拒絕。
+# 餵的批次大小相同，因為 ``torch.export`` 會把批次大小記成 guard：四張一批就會被拒絕。
 
 exported = export_module(model, x)
 with torch.no_grad():
@@ -342,7 +342,7 @@ columns = {
     "quantize_per_channel": "q/ch",
     "dequantize_per_channel": "dq/ch",
 }
-print(f"{'stage':<10}" + "".join(f"{label:>7}" for label in columns.values()))
+print(f"{'階段':<8}" + "".join(f"{label:>7}" for label in columns.values()))
 for stage, counts in stages.items():
     print(f"{stage:<10}" + "".join(f"{counts[key]:>7}" for key in columns))
 

@@ -4,7 +4,7 @@ M01-2 q/dq node 和裡面的數字
 
 convert 後的圖把量化參數攤在明處：per-tensor 的 quantize／dequantize node 把 scale、
 zero point、數值範圍和 dtype 當成 Python 常數直接寫在 ``args`` 裡；per-channel 的 node
-則透過 ``get_attr`` node 從 buffer 讀出每個 channel 的 scale 和 zero point。
+則透過 ``get_attr`` node 從 buffer 讀出每個通道的 scale 和 zero point。
 這些 op 本身各只有一行算式。本課把 ``convert_pt2e`` 為 ``small_cnn`` 產生的圖裡每個數字
 都讀出來，再親手把每個 quantize 和 dequantize 算一遍，一個位元都不差。
 
@@ -122,17 +122,17 @@ print(f"x 上的 observer：scale={scale_t}，zero_point={zero_point_t}")
 # %%
 # 步驟 3 — per-channel 的數字放在 buffer 裡
 # -----------------------------------------
-# weight 是依輸出 channel 量化的：每個 channel 各有一個 scale 和 zero point，
+# weight 是依輸出通道量化的：每個通道各有一個 scale 和 zero point，
 # 多到不適合寫成 Python 常數。``dequantize_per_channel(input, scales, zero_points, axis,
 # quant_min, quant_max, dtype)`` 透過 ``get_attr`` node 從 buffer 讀出它們
-# （圖上寫在標籤裡，記作 ‹名稱›）；``axis`` 指出哪一維是 channel。
+# （圖上寫在標籤裡，記作 ‹名稱›）；``axis`` 指出哪一維是通道。
 
 weight_dqs = nodes_calling(converted, Q.dequantize_per_channel.default)
 draw(converted, highlight=[n.name for n in weight_dqs], title="步驟 3：per-channel 的 dequantize")
 
 # %%
 # x86 quantizer 把 weight 對稱量化成 ``int8``，範圍 -128..127，所以 zero point 全是 0。
-# scale 是 ``float32``、zero point 是 ``int64``，每個輸出 channel 各一個。
+# scale 是 ``float32``、zero point 是 ``int64``，每個輸出通道各一個。
 
 for dq in weight_dqs:
     int8_weight, scales, zero_points, axis, quant_min, quant_max, dtype = dq.args
@@ -145,7 +145,7 @@ for dq in weight_dqs:
         "scale 是 float32，zero point 是 int64"
     )
     assert not z.any(), "zero point 全是 0"
-    assert s.shape == z.shape == (w.shape[axis],) and axis == 0, "每個輸出 channel 一組"
+    assert s.shape == z.shape == (w.shape[axis],) and axis == 0, "每個輸出通道一組"
     assert (quant_min, quant_max, dtype) == (-128, 127, torch.int8), "int8，範圍 -128..127"
     assert w.dtype == torch.int8, "weight 以 int8 存放"
 
@@ -405,12 +405,12 @@ fig.tight_layout()
 #          assert torch.equal(back_int8, back_uint8), "浮點值完全相同"
 #
 # 3. 讓 ``fold_quantize=False`` 那張圖的浮點 weight 走一趟它的 per-channel q/dq。
-#    預測每個 channel 的最大誤差，以它自己的 scale 為一格。
+#    預測每個通道的最大誤差，以它自己的 scale 為一格。
 #
 #    .. dropdown:: 解答
 #
-#       每個 channel 都是半格（差在 float32 的捨入）。對稱 int8 的 scale 是
-#       ``max|w| / 127.5``，所以 channel 裡絕對值最大的那個值剛好落在 ±127.5 的中點上：
+#       每個通道都是半格（差在 float32 的捨入）。對稱 int8 的 scale 是
+#       ``max|w| / 127.5``，所以通道裡絕對值最大的那個值剛好落在 ±127.5 的中點上：
 #       它被捨入或截斷到 -128 或 127，差半格。沒有哪個值差得更多。
 #
 #       .. code-block:: python

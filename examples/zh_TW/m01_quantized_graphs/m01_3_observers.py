@@ -4,7 +4,7 @@ M01-3 observer 如何把統計值變成 qparams
 
 observer 做兩件事：資料流過時記下統計值；``convert_pt2e`` 來要的時候，再用
 ``calculate_qparams()`` 把統計值換算成 scale 和 zero point。MinMax observer
-記的是最小值和最大值，公式只有五行；per-channel observer 對每個 channel 套同一個公式；
+記的是最小值和最大值，公式只有五行；per-channel observer 對每個通道套同一個公式；
 histogram observer 則先搜尋一個較窄的範圍，犧牲少數被截掉的極端值，換來更細的刻度。
 本課把同一份活化值餵給這四種 observer，再親手算出它們的 qparams。
 
@@ -27,7 +27,7 @@ histogram observer 則先搜尋一個較窄的範圍，犧牲少數被截掉的�
 # ----
 # observer 定義在 ``torchao.quantization.pt2e.observer``。資料是真的：``small_cnn`` 的 conv
 # 接 BatchNorm、還沒經過 ReLU 的輸出，輸入是 M01-1 的四批校準資料，共 4 × 8 張圖片，
-# 每張 8 個 channel × 16 × 16，總計 65,536 個值。
+# 每張 8 個通道 × 16 × 16，總計 65,536 個值。
 
 import matplotlib.pyplot as plt
 import torch
@@ -94,7 +94,7 @@ draw(prepared, highlight=[n.name for n in observer_nodes], title="步驟 1：x86
 
 # %%
 # 它們的設定：活化值用 ``uint8`` 0..255、affine，整個張量一個 scale；weight 用 ``int8``
-# -128..127、symmetric、依輸出 channel（``ch_axis=0``）。兩者都以 ``eps = 2**-12``
+# -128..127、symmetric、依輸出通道（``ch_axis=0``）。兩者都以 ``eps = 2**-12``
 # 作為 scale 的下限。下面自己建的 observer 就用這些設定。
 
 for node in observer_nodes:
@@ -114,8 +114,8 @@ for node in observer_nodes:
 # 步驟 2 — 餵四個 observer 同一份資料
 # ------------------------------------
 # 兩個 per-tensor 的 MinMax observer：一個 affine（像活化值），一個 symmetric（像 weight，
-# 但整個張量只用一個 scale）；一個沿這些活化值的 channel 軸（axis 1）的 per-channel
-# MinMax observer，和 weight 一樣是 symmetric；以及活化值用的 histogram observer。
+# 但整個張量只用一個 scale）；第三個是 per-channel 的 MinMax observer，沿這批活化值的通道軸
+# （axis 1）計算，和 weight 一樣用 symmetric；以及活化值用的 histogram observer。
 
 observers = {
     "minmax affine": MinMaxObserver(
@@ -142,15 +142,15 @@ for batch in batches:
 
 # %%
 # MinMax observer 保存的統計值是累計的最小值和最大值，正好是它看過的所有資料的最小值和
-# 最大值。per-channel 的版本逐 channel 保存；histogram observer 也保存這兩個值，
+# 最大值。per-channel 的版本逐通道保存；histogram observer 也保存這兩個值，
 # 另外還有一個 2048 格的直方圖。
 
 per_channel_min, per_channel_max = data.transpose(0, 1).flatten(1).aminmax(dim=1)
 for name in ("minmax affine", "minmax symmetric", "histogram"):
     assert same(observers[name].min_val, data.min()), f"{name}：看過的所有資料的最小值"
     assert same(observers[name].max_val, data.max()), f"{name}：看過的所有資料的最大值"
-assert same(observers["per-channel"].min_val, per_channel_min), "每個 channel 一個最小值"
-assert same(observers["per-channel"].max_val, per_channel_max), "每個 channel 一個最大值"
+assert same(observers["per-channel"].min_val, per_channel_min), "每個通道一個最小值"
+assert same(observers["per-channel"].max_val, per_channel_max), "每個通道一個最大值"
 assert observers["histogram"].histogram.numel() == 2048, "2048 格的直方圖"
 print(f"per-channel max: {[round(v, 3) for v in per_channel_max.tolist()]}")
 print(f"直方圖：{observers['histogram'].histogram.numel()} 格")
@@ -219,7 +219,7 @@ torch.testing.assert_close(
 # %%
 # 步驟 4 — 親手算 per-channel MinMax
 # ----------------------------------
-# per-channel observer 呼叫的是同一個 ``_calculate_qparams``，只是傳進每個 channel
+# per-channel observer 呼叫的是同一個 ``_calculate_qparams``，只是傳進每個通道
 # 的最小值和最大值；裡面每個運算都是逐元素的，所以同一個親手算的函式不用改，
 # 就能用在 per-channel 的向量上。
 
@@ -230,19 +230,19 @@ print(f"scales: {[round(v, 5) for v in scales.tolist()]}")
 assert same(hand_scales, scales) and same(hand_zero_points, zero_points), "親手算的 == 函式庫"
 
 # %%
-# 每個 channel 都有貼合自己範圍的刻度，所以沒有一個 channel 的 scale 超過 per-tensor 的
-# symmetric scale，而絕對值最大的那個 channel 剛好等於它。範圍窄的 channel 刻度細得多。
+# 每個通道都有貼合自己範圍的刻度，所以沒有一個通道的 scale 超過 per-tensor 的
+# symmetric scale，而絕對值最大的那個通道剛好等於它。範圍窄的通道刻度細得多。
 
 widest = int(torch.max(-per_channel_min, per_channel_max).argmax())
 print(f"per-tensor symmetric scale：{symmetric_scale.item():.5f}")
 finest, widest_scale = scales.min().item(), scales[widest].item()
-print(f"per-channel：最細 {finest:.5f}，最寬（channel {widest}）{widest_scale:.5f}")
-assert (scales <= symmetric_scale).all(), "沒有一個 channel 的 scale 超過 per-tensor 的"
-assert scales[widest] == symmetric_scale, "最寬的 channel 的 scale 就是 per-tensor 的"
+print(f"per-channel：最細 {finest:.5f}，最寬（通道 {widest}）{widest_scale:.5f}")
+assert (scales <= symmetric_scale).all(), "沒有一個通道的 scale 超過 per-tensor 的"
+assert scales[widest] == symmetric_scale, "最寬的通道的 scale 就是 per-tensor 的"
 
 # %%
-# 畫成圖：每個 channel 的範圍（長條）對照 per-tensor symmetric 的範圍（虛線），
-# 以及每個 channel 的 scale 對照 per-tensor 的 scale。
+# 畫成圖：每個通道的範圍（長條）對照 per-tensor symmetric 的範圍（虛線），
+# 以及每個通道的 scale 對照 per-tensor 的 scale。
 
 channels = range(len(scales))
 fig, (ranges, steps) = plt.subplots(1, 2, figsize=(10, 3.6))
@@ -250,16 +250,16 @@ ranges.bar(channels, (per_channel_max - per_channel_min).numpy(), bottom=per_cha
 limit = symmetric_scale.item() * 127.5
 ranges.axhline(limit, color="gray", linestyle="--", label="per-tensor symmetric 範圍")
 ranges.axhline(-limit, color="gray", linestyle="--")
-ranges.set(title="每個 channel 的範圍", xlabel="channel", ylabel="數值", ylim=(-4, 5.5))
+ranges.set(title="每個通道的範圍", xlabel="通道", ylabel="數值", ylim=(-4, 5.5))
 ranges.legend(loc="upper center")
 steps.bar(channels, scales.numpy(), label="per-channel scale")
 steps.axhline(symmetric_scale.item(), color="gray", linestyle="--", label="per-tensor scale")
-steps.set(title="每個 channel 的 scale", xlabel="channel", ylabel="scale", ylim=(0, 0.04))
+steps.set(title="每個通道的 scale", xlabel="通道", ylabel="scale", ylim=(0, 0.04))
 steps.legend(loc="upper center", ncols=2)
 fig.tight_layout()
 
 # %%
-# ``eps`` 只在範圍（幾乎）是空的時候才有作用：全為 0 的 channel 算出來的 scale 會是 0，
+# ``eps`` 只在範圍（幾乎）是空的時候才有作用：全為 0 的通道算出來的 scale 會是 0，
 # 拿來當除數就出問題了，所以改用 ``eps``：
 
 dead = PerChannelMinMaxObserver(
@@ -272,8 +272,8 @@ dead = PerChannelMinMaxObserver(
 )
 dead(torch.stack([torch.zeros(5), torch.linspace(-1, 1, 5)]))
 dead_scales, _ = dead.calculate_qparams()
-print(f"channel 0 全為 0 時的 scale：{dead_scales.tolist()}")
-assert dead_scales[0] == EPS, "全為 0 的 channel 得到 scale eps"
+print(f"通道 0 全為 0 時的 scale：{dead_scales.tolist()}")
+assert dead_scales[0] == EPS, "全為 0 的通道得到 scale eps"
 assert same(dead_scales, qparams_by_hand(dead.min_val, dead.max_val, -128, 127, True)[0]), (
     "親手算的公式也一樣"
 )
@@ -281,17 +281,17 @@ assert same(dead_scales, qparams_by_hand(dead.min_val, dead.max_val, -128, 127, 
 # %%
 # .. warning::
 #    這裡為了比較而對「活化值」做 per-channel 量化，但 int8 kernel 並不是這樣執行的。
-#    conv 或 linear 會對輸入 channel 加總，而那正是活化值的 channel。活化值只有一個 scale 時，
+#    conv 或 linear 會對輸入通道加總，而那正是活化值的通道。活化值只有一個 scale 時，
 #    kernel 在整數累加器裡加總 int8 × int8 的乘積，最後把總和乘上一次
-#    ``x_scale × w_scale[out]`` （weight 依「輸出」channel 量化，那一軸不參與加總）。
-#    每個輸入 channel 各有一個 scale 的話，scale 落在加總的裡面，提不出來。
+#    ``x_scale × w_scale[out]`` （weight 依「輸出」通道量化，那一軸不參與加總）。
+#    每個輸入通道各有一個 scale 的話，scale 落在加總的裡面，提不出來。
 #    這就是步驟 1 裡 x86 quantizer 如此選擇的原因。
 #
-# 拿 32 個像素的 8 個 channel 和一個 4 × 8 的 weight 來試：活化值 per-tensor 時，
+# 拿 32 個像素的 8 個通道和一個 4 × 8 的 weight 來試：活化值 per-tensor 時，
 # 一次整數加總、每個輸出一次 rescale，就得到 q/dq 圖算出的結果；活化值 per-channel 時，
 # 即使用最合適的單一係數，仍然留下誤差。
 
-pixels = data[:, :, 0, 0]  # 32 個像素 × 8 個 channel，linear 加總的就是這一軸
+pixels = data[:, :, 0, 0]  # 32 個像素 × 8 個通道，linear 加總的就是這一軸
 weight = torch.linspace(-1, 1, 32).reshape(8, 4).T
 w_scales = weight.abs().amax(dim=1) / 127.5
 w_int = torch.round(weight / w_scales[:, None])
@@ -341,7 +341,7 @@ for name, obs in observers.items():
 # 比較要在同樣的條件下。histogram observer 對 MinMax affine（都是 ``uint8``、affine、
 # per-tensor）：它的刻度涵蓋的範圍比資料窄，主要窄在數值最稀疏的上端；範圍外的少數值
 # 被截掉，換來其他所有值都用更細的刻度。在這份資料上這筆交易划算。per-channel 對
-# MinMax symmetric（都是 ``int8``、symmetric）：每個 channel 一套刻度，勝過整個張量共用一套。
+# MinMax symmetric（都是 ``int8``、symmetric）：每個通道一套刻度，勝過整個張量共用一套。
 
 hist_scale, hist_zero_point, hist_mse = rows["histogram"]
 low = (0 - hist_zero_point.item()) * hist_scale.item()
@@ -382,7 +382,7 @@ fig.tight_layout()
 #                     ``zero_point = quant_min - round(min / scale)``
 # MinMax, symmetric   ``scale = max(max(|min|, max) / ((quant_max - quant_min) / 2), eps)``；
 #                     int8 的 ``zero_point = 0``
-# per-channel         同一個公式，逐 channel 計算（用於 weight；int8 kernel
+# per-channel         同一個公式，逐通道計算（用於 weight；int8 kernel
 #                     的活化值整個張量只能有一個 scale）
 # histogram           先搜尋較窄的範圍，再套 affine 公式
 # ==================  =====================================================================
@@ -441,7 +441,7 @@ fig.tight_layout()
 #
 #    .. dropdown:: 解答
 #
-#       依輸出 channel 的 symmetric int8：折疊過 BatchNorm 的 weight 每個輸出 channel 的
+#       依輸出通道的 symmetric int8：折疊過 BatchNorm 的 weight 每個輸出通道的
 #       ``max|w| / 127.5``，正是 ``qparams_by_hand`` 從它的紀錄算出的值。
 #
 #       .. code-block:: python
@@ -457,7 +457,7 @@ fig.tight_layout()
 #              folded.amin(dim=(1, 2, 3)), folded.amax(dim=(1, 2, 3)), -128, 127, True
 #          )
 #          print([round(v, 5) for v in w_scales.tolist()])
-#          assert same(w_scales, hand_scales), "每個輸出 channel 的 max|w| / 127.5"
+#          assert same(w_scales, hand_scales), "每個輸出通道的 max|w| / 127.5"
 #
 # 延伸閱讀
 # --------

@@ -236,7 +236,7 @@ print("handmade.prepare(...).code == prepare_pt2e(...).code:", packaged.code == 
 # %%
 # 小結
 # ----
-# prepare ＝ 併掉 BatchNorm、轉換與標註、把標註的地方分組（明確共用與隱式共用）、
+# prepare = 併掉 BatchNorm、轉換與標註、把標註的地方分組（明確共用與隱式共用）、
 # 每組一個 observer、插入：在上游後面新增 ``call_module``，或沿用已經在那裡的 observer。
 
 # %%

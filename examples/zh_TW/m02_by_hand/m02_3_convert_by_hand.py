@@ -15,7 +15,7 @@ scale 和 zero point；讓每個被量化的運算都有自己的 dequantize；�
 
 **先備知識**：
 :ref:`M00-4 · 改圖 <sphx_glr_lessons_m00_graphs_m00_4_graph_surgery.py>` （步驟 4～6）、
-:ref:`M01-2 · q/dq node 與它們的數字
+:ref:`M01-2 · q/dq node 和裡面的數字
 <sphx_glr_lessons_m01_quantized_graphs_m01_2_qdq_numbers.py>`、
 :ref:`M02-2 · 親手做 prepare <sphx_glr_lessons_m02_by_hand_m02_2_prepare_by_hand.py>`。
 """
@@ -136,7 +136,7 @@ assert not zero_point.any(), "對稱：每個 zero point 都是 0"
 # ----------------------------------
 # ``handmade.replace_observer`` 對任何 observer 做步驟 1 和 2 的事。共用的 observer 會被好幾個
 # node 呼叫：每一次呼叫各自變成一對 q/dq，數字相同。接著是例行的清理（M00-4 步驟 6）：
-# 刪掉死碼、建立只保留圖裡用得到的東西的新 ``GraphModule``、刪掉 observer submodule。
+# 刪掉死碼、重新建一個只留下圖用得到的屬性的 ``GraphModule``、刪掉 observer submodule。
 
 scopes = gm.meta["_observed_graph_module_attrs"].node_name_to_scope
 for node in list(graph.nodes):
@@ -199,7 +199,7 @@ print("沒有改變：", gm.code == before)
 # ------------------------
 # ``get_attr(weight) → quantize`` 只依賴常數，所以結果可以現在就算好存起來：
 # 一個 int8 的凍結參數 ``_frozen_param0``，由一個沿用 quantize node 名字的 ``get_attr`` 讀取。
-# 浮點 weight 從此不再被圖讀取。它的值填滿 observer 的對稱範圍。
+# 圖從此不再讀取浮點 weight。它的值填滿 observer 的對稱範圍。
 
 unfolded = copy.deepcopy(gm)
 q_w = next(n for n in gm.graph.nodes if n.target == qd.quantize_per_channel.default)
@@ -242,7 +242,7 @@ assert call_functions(gm) == call_functions(reference), "相同的運算，次�
 assert gm.code == reference.code, "和 convert_pt2e 的圖相同"
 assert torch.equal(gm(*fresh), reference(*fresh)), "和 convert_pt2e 逐位元相同"
 print(call_functions(gm))
-print("torch.equal(我們的, convert_pt2e)：", torch.equal(gm(*fresh), reference(*fresh)))
+print("torch.equal(gm, convert_pt2e)：", torch.equal(gm(*fresh), reference(*fresh)))
 
 # %%
 # 包裝好的 ``common.handmade.convert`` 也一樣：
@@ -256,11 +256,11 @@ assert same, "handmade.convert 和 convert_pt2e 逐位元相同"
 # %%
 # 小結
 # ----
-# convert ＝ 每個 observer 呼叫 → ``quantize → dequantize`` （逐張量把數字寫在引數裡，
+# convert = 每個 observer 呼叫 → ``quantize → dequantize`` （逐張量把數字寫在引數裡，
 # 逐通道用 buffer，dtype 和範圍都來自 observer）、清理、每個被量化的 user
 # 各有一個 dequantize，以及預先算好的常數 weight 量化。``common.handmade`` 把 M02-2 和
 # M02-3 包裝成 ``prepare`` 與 ``convert``；它的測試在課程的每一個模型，以及
-# ``tests/test_handmade.py`` 裡其他常見的層組合上，分別搭配課程 quantizer 和
+# ``tests/test_handmade.py`` 裡其他的層組合上，分別搭配課程 quantizer 和
 # ``X86InductorQuantizer``，逐一和 torchao 比對。
 
 # %%

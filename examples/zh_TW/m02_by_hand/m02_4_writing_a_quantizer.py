@@ -226,7 +226,7 @@ assert len(add_observers) == 1, "add 的兩個輸入和輸出共用一個 observ
 # %%
 # 步驟 5 — allow_implicit_sharing
 # -------------------------------
-# 為什麼 add 的輸入也和 *conv 的輸出* 共用？輸入邊讀的就是產生者輸出的那個張量，
+# 為什麼 add 的輸入也和「conv 的輸出」共用？輸入邊讀的就是產生者輸出的那個張量，
 # 所以兩者的 spec 一致時，prepare 讓它們共用一個 observer（隱式共用）。
 # 在 annotation 上設 ``allow_implicit_sharing=False``，就關掉它輸入邊的這種共用：
 # 它們各有自己的 observer，圖中的 observer 也就變多。
@@ -291,7 +291,7 @@ SUPPORTED_DTYPES = {torch.int8, torch.uint8, torch.int32}  # 加速器有的 ker
 
 
 class BackendQuantizer(Step6Quantizer):
-    """加速器的 quantizer：課程的 quantizer，加上步驟 2–6 與一項檢查（步驟 7）。"""
+    """加速器的 quantizer：課程的 quantizer，加上步驟 2～6 與一項檢查（步驟 7）。"""
 
     def validate(self, model):
         for node in model.graph.nodes:
@@ -330,7 +330,7 @@ with expect_error(ValueError, match="no torch.int16 kernels"):
 # %%
 # 步驟 8 — 經過 torchao，逐位元相同
 # ---------------------------------
-# 讀者的 quantizer 用上了每一種 spec，經過 torchao 的 ``prepare_pt2e`` 與
+# 我們寫的 quantizer 用上了每一種 spec，經過 torchao 的 ``prepare_pt2e`` 與
 # ``convert_pt2e``：同樣的圖、同樣的 int8／int32 常數、同樣的輸出。
 
 converted = handmade.convert(prepared_by(handmade.prepare, BackendQuantizer()))
@@ -374,7 +374,7 @@ for prepare in (prepare_pt2e, handmade.prepare):
 
 # %%
 # 解法：每個用到的地方各用自己的 ``nn.ReLU`` （或呼叫 ``torch.relu``）；以
-# ``strict=True`` 匯出也可以。兩者之後又逐位元相同。
+# ``strict=True`` 匯出也可以。不論哪種改法，torchao 與 handmade 的結果都再次逐位元相同。
 
 
 class OwnReLUs(ReusedReLU):
@@ -401,7 +401,7 @@ strict = [
 assert torch.equal(strict[0](*fresh), strict[1](*fresh)), "strict 匯出：可行，而且逐位元相同"
 
 # %%
-# 總結
+# 小結
 # ----
 #
 # =====================================  ===================================================
@@ -535,4 +535,4 @@ assert torch.equal(strict[0](*fresh), strict[1](*fresh)), "strict 匯出：可�
 # 下一課
 # ------
 # :ref:`M03-1 · lowering 之後的圖 <sphx_glr_lessons_m03_lowering_m03_1_lowered_graph.py>`：
-# 把 convert 後的圖 lowering 成真正的 int8 kernel。
+# 把 convert 後的圖下放（lowering）到真正的 int8 kernel。

@@ -3,14 +3,14 @@ M03-1 lowering 之後的圖
 =======================
 
 ``convert_pt2e`` 之後的圖只是在「模擬」int8：每個 conv 和 linear 仍然夾在 dequantize 與
-quantize 之間用浮點數計算。**lowering（下放）** 把每一組這樣的節點換成一個真正的 int8 運算，
+quantize 之間用浮點數計算。**lowering（下放）** 把每一組這樣的 node 換成一個真正的 int8 運算，
 來自 oneDNN——PyTorch 在 x86 上所用的 CPU 函式庫。本課在 ``small_cnn`` 上執行 torchao 的
 ``lower_pt2e_quantized_to_x86`` ，逐一讀懂 lowering 之後的 node，遇到 torchao 0.18 留在圖裡的
 一個錯誤並修好它，最後量測真正的 int8 結果和模擬的差多少，以及為什麼。
 
 **你會學到**
 
-- 哪些 dequantize → conv／linear → quantize 節點組變成了哪個 ``torch.ops.onednn`` 運算
+- 哪些 dequantize → conv／linear → quantize 的 node 組變成了哪個 ``torch.ops.onednn`` 運算
 - 預先打包的 int8 weight 存在哪裡，哪些 quantize／dequantize 留了下來
 - 為什麼在沒有 VNNI 的 CPU 上，int8 結果和模擬的不同，以及如何在同一顆 CPU 上看到兩條
   kernel 路徑
@@ -92,12 +92,12 @@ class Recorder(torch.fx.Interpreter):
 # %%
 # 步驟 1 — 用 torchao 做 lowering
 # -------------------------------
-# ``lower_pt2e_quantized_to_x86(model, example_inputs)`` 傳回一張新的圖。conv 和 linear
+# ``lower_pt2e_quantized_to_x86(model, example_inputs)`` 回傳一張新的圖。conv 和 linear
 # 不見了，取而代之的是 ``onednn.qconv_pointwise`` 與 ``onednn.qlinear_pointwise`` 。
 
 lowered = lower_pt2e_quantized_to_x86(simulated, x)
 onednn_ops = [n.name for n in lowered.graph.nodes if "onednn" in str(n.target)]
-draw(lowered, highlight=onednn_ops, title="之後：lowering 成 oneDNN 的 int8 運算")
+draw(lowered, highlight=onednn_ops, title="之後：下放到 oneDNN 的 int8 運算")
 before, after = ops(simulated), ops(lowered)
 print("之前：", dict(before))
 print("之後：", dict(after))
@@ -113,7 +113,7 @@ assert not after["aten.conv2d.default"] and not after["aten.linear.default"], (
 # ------------------------------
 # 在 q/dq 圖裡，conv 這一組是 ``dequantize → conv2d → relu → quantize`` 。這四個 node
 # 變成了一個 ``qconv_pointwise`` ：它直接讀 uint8 張量（不經過 dequantize），把 ``relu``
-# 當成融合進來的 *後置運算（post-op）* ，再用被它取代的那個 quantize 的 scale，把結果重新
+# 當成融合進來的「後置運算」（post-op），再用被它取代的那個 quantize 的 scale，把結果重新
 # 量化成 uint8。linear 這一組後面沒有 quantize，所以 ``qlinear_pointwise`` 輸出 float32。
 
 conv, linear = (n for n in lowered.graph.nodes if n.name in onednn_ops)
@@ -152,7 +152,7 @@ assert torch.equal(linear_w, simulated._frozen_param1.t()), "linear 的，轉置
 
 remaining = [n for n in lowered.graph.nodes if "quantize_per_tensor" in str(n.target)]
 for node in remaining:
-    print(f"{node.name:26} 讀取 {node.args[0].name:26} 被讀取於 {[u.name for u in node.users]}")
+    print(f"{node.name:26} 讀取 {node.args[0].name:26} ，讀它的是 {[u.name for u in node.users]}")
 assert after["quantize_per_tensor.default"] == 3 and after["dequantize_per_tensor.default"] == 2
 dq_users = {u.target for n in remaining if "dequantize" in n.name for u in n.users}
 assert dq_users == {torch.ops.aten.max_pool2d_with_indices.default, torch.ops.aten.view.default}
@@ -189,7 +189,7 @@ with expect_error(RuntimeError, match="Cannot view a tensor"):
 torch._dynamo.reset()
 
 # %%
-# 修正方法：把每個 ``view`` 換成 ``reshape`` ，它傳回相同的數值，只在無法用 view 時才複製
+# 修正方法：把每個 ``view`` 換成 ``reshape`` ，它回傳相同的數值，只在無法用 view 時才複製
 # （ ``common.lowering.reshape_views`` ，五行程式碼）。現在可以執行了。
 
 print("改了：", reshape_views(lowered))
@@ -200,16 +200,16 @@ assert y_int8.shape == y_simulated.shape
 # %%
 # 步驟 6 — 真正的 int8 對上模擬的 int8
 # ------------------------------------
-# 在沒看過的影像上，以量化階（step）為單位比較 conv 的 uint8 輸出。只要 oneDNN 在 int32 裡
+# 在沒看過的影像上，以量化格（step）為單位比較 conv 的 uint8 輸出。只要 oneDNN 在 int32 裡
 # 精確地加總整數乘積，再重新量化（乘上輸入與 weight 的 scale、加上 bias、套用 relu、捨入），
-# 兩者最多差 1 階：模擬用浮點數做同樣的事，剛好落在半階上的捨入可能偏向另一邊。加總是否
+# 兩者最多差 1 格：模擬用浮點數做同樣的事，剛好落在半格上的捨入可能偏向另一邊。加總是否
 # 精確取決於 CPU，接下來幾格會說明。
 
 fresh = example_inputs(8, seed=123)
 
 
 def conv_steps(model, quantized_model):
-    """兩個 conv 的 uint8 輸出最多差幾階，以及不相同的比例。"""
+    """兩個 conv 的 uint8 輸出最多差幾格，以及不相同的比例。"""
     real, sim = Recorder(model), Recorder(quantized_model)
     real.run(*fresh)
     sim.run(*fresh)
@@ -226,15 +226,15 @@ steps, share = conv_steps(lowered, simulated)
 sqnr = sqnr_db(simulated(*fresh), lowered(*fresh))
 cpu = describe()
 print(cpu.verdict)
-print(f"int8 路徑 {cpu.onednn}：conv 輸出最多差 {steps} 階，")
+print(f"int8 路徑 {cpu.onednn}：conv 輸出最多差 {steps} 格，")
 print(f"發生在 {share:.1%} 的數值上；輸出的 SQNR 為 {sqnr:.1f} dB")
 
 # %%
 # 兩者差多少，取決於 CPU 的 int8 指令。**有 VNNI**（或 AMX）時，oneDNN 把四個 uint8 × int8
-# 乘積直接加進 int32：加總是精確的，只有剛好落在半階上的捨入可能不同——最多差 1 階。
+# 乘積直接加進 int32：加總是精確的，只有剛好落在半格上的捨入可能不同——最多差 1 格。
 # **沒有 VNNI** 時（AVX2，以及沒有 VNNI 的 AVX-512，例如 Skylake-SP），它用 ``vpmaddubsw`` ，
 # 把「兩個」乘積相加成 **16 位元** 整數，只要一對乘積超過 32767 就會飽和（255 × 127 × 2 =
-# 64770 就會）：這時整個輸出會錯上幾十階。兩種 AVX-512 的 ``get_cpu_capability()`` 都說
+# 64770 就會）：這時整個輸出會錯上幾十格。兩種 AVX-512 的 ``get_cpu_capability()`` 都說
 # ``"AVX512"`` ；上面那一行讀的是 ``torch.cpu.get_capabilities()`` ，寫出 oneDNN 實際走的
 # 路徑。建置這一頁的 CPU 屬於這一種：
 
@@ -246,7 +246,7 @@ print(
 
 # %%
 # 對策和這道指令一樣老： ``reduce_range=True`` （縮小範圍）把活化值量化成 0…127（7 位元），
-# 任何一對都不會溢位。這樣一來，兩者在任何 CPU 上都最多差 1 階，輸出也只差在捨入。
+# 任何一對都不會溢位。這樣一來，兩者在任何 CPU 上都最多差 1 格，輸出也只差在捨入。
 
 reduced = quantize(
     X86InductorQuantizer().set_global(
@@ -258,18 +258,18 @@ reshape_views(reduced_lowered)
 steps_7bit, share_7bit = conv_steps(reduced_lowered, reduced)
 sqnr_7bit = sqnr_db(reduced(*fresh), reduced_lowered(*fresh))
 print(
-    f"reduce_range=True：最多差 {steps_7bit} 階，發生在 {share_7bit:.1%}；SQNR {sqnr_7bit:.1f} dB"
+    f"reduce_range=True：最多差 {steps_7bit} 格，發生在 {share_7bit:.1%}；SQNR {sqnr_7bit:.1f} dB"
 )
-assert steps_7bit <= 1, "int32 精確累加：只有半階上的捨入可能不同"
+assert steps_7bit <= 1, "int32 精確累加：只有半格上的捨入可能不同"
 assert sqnr_7bit > 40, "輸出只差在捨入"
 
 # %%
 # 步驟 7 — 兩條 kernel 路徑並排
 # -----------------------------
-# oneDNN 只在第一次使用時讀一次 ``ONEDNN_MAX_CPU_ISA`` （ ``AVX2`` 、 ``AVX512_CORE`` ＝沒有
+# oneDNN 只在第一次使用時讀一次 ``ONEDNN_MAX_CPU_ISA`` （ ``AVX2`` 、 ``AVX512_CORE`` = 沒有
 # VNNI 的 AVX-512……），ATen 讀 ``ATEN_CPU_CAPABILITY`` ：要看另一條 kernel 路徑，得開一個
 # 新的直譯器。 ``run_under_isa(isa, source)`` 在新的直譯器裡、以 ``isa`` 為上限執行
-# ``source`` ，傳回它設定的 ``result`` 。這段程式把步驟 1、5、6 對兩種做法各做一次。
+# ``source`` ，回傳它設定的 ``result`` 。這段程式把步驟 1、5、6 對兩種做法各做一次。
 
 STEP_6 = """
 import torch
@@ -319,7 +319,7 @@ for isa in weaker_paths():
     other = run_under_isa(isa, STEP_6)
     result = other["result"]
     rows[other["cpu"]["onednn"]] = (other["cpu"]["vnni"], result["8-bit"], result["7-bit"])
-print(f"{'int8 路徑':16} {'VNNI':5} {'8 位元：階數、比例':>18} {'reduce_range：階數、比例':>25}")
+print(f"{'int8 路徑':16} {'VNNI':5} {'8 位元：格數、比例':>18} {'reduce_range：格數、比例':>25}")
 for path, (vnni, full, seven) in rows.items():
     print(
         f"{path:18} {'有' if vnni else '沒有':4} {full[0]:>10}, {full[1]:7.1%}"
@@ -327,8 +327,8 @@ for path, (vnni, full, seven) in rows.items():
     )
 
 # %%
-# 有 VNNI 時兩者最多差 1 階；沒有 VNNI 時 8 位元的做法會飽和，而 ``reduce_range=True``
-# 讓每條路徑都回到最多差 1 階。
+# 有 VNNI 時兩者最多差 1 格；沒有 VNNI 時 8 位元的做法會飽和，而 ``reduce_range=True``
+# 讓每條路徑都回到最多差 1 格。
 
 for path, (vnni, full, seven) in rows.items():
     if vnni:
@@ -351,7 +351,7 @@ for path, (vnni, full, seven) in rows.items():
 #
 # 如果 int8 conv 後面接著 ``flatten`` ，torchao 0.18 lowering 出來的圖在 eager 執行時會失敗：
 # ``reshape_views`` 可以修正（ ``torch.compile`` 不行）。沒有 16 位元溢位時，int8 結果和
-# 模擬最多差 1 階——有 VNNI 時一定如此；沒有時（AVX2、沒有 VNNI 的 AVX-512）則要
+# 模擬最多差 1 格——有 VNNI 時一定如此；沒有時（AVX2、沒有 VNNI 的 AVX-512）則要
 # ``reduce_range=True`` 。在有 VNNI 的 CPU 上， ``run_under_isa`` 把兩條路徑都顯示出來。
 #
 # 練習

@@ -4,7 +4,7 @@ M03-2 親手做 lowering
 
 torchao 用 inductor 的模式比對器（pattern matcher）做 lowering；但其中每一步都只需要 M00-4
 的改圖動作。本課親手把 ``small_cnn`` 的 q/dq 圖改寫成 oneDNN 的 int8 運算——比對 conv 周圍的
-節點組、預先打包它的 weight、插入 int8 運算、刪掉舊的 node——最後得到的圖，運算、常數與輸出
+那組 node、預先打包它的 weight、插入 int8 運算、刪掉舊的 node——最後得到的圖，運算、常數與輸出
 都和 ``lower_pt2e_quantized_to_x86`` 的相同：不是很接近，而是完全相同。
 
 **你會學到**
@@ -69,7 +69,7 @@ reference = lower_pt2e_quantized_to_x86(simulated, x)
 # %%
 # 步驟 1 — 從 torchao 的起點出發
 # ------------------------------
-# torchao 先把模型重新匯出（re-export），並拆解 *複合* 運算，這是它的模式所針對的形式：
+# torchao 先把模型重新匯出（re-export），並拆解「複合」運算，這是它的模式所針對的形式：
 # ``conv2d`` 變成 ``aten.convolution`` ， ``linear`` 變成 weight 的 ``permute`` 加上
 # ``addmm`` ， ``flatten`` 變成 ``view`` 。 ``lowering.reexport`` 原封不動地做這一步；
 # 其餘的由我們自己來。
@@ -292,5 +292,5 @@ with expect_error(NotImplementedError, match="linear + add"):
 #
 # 下一課
 # ------
-# :ref:`M03-3 · 速度與大小 <sphx_glr_lessons_m03_lowering_m03_3_speed_and_size.py>`
+# :ref:`M03-3 · 量測速度與大小 <sphx_glr_lessons_m03_lowering_m03_3_speed_and_size.py>`
 # 量測 lowering 帶來了什麼。

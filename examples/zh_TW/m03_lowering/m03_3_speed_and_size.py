@@ -67,7 +67,7 @@ print(f"每批 {BATCH} 張 {input_shape('conv_net')} 影像")
 
 # %%
 # ``compiled`` 用 ``torch.compile`` 編譯模型的一份複本（freezing 開或關），並執行一次
-# （編譯就發生在這時）；它傳回編譯後的模型，以及 inductor 為 oneDNN 的 int8 kernel 預先打包了
+# （編譯就發生在這時）；它回傳編譯後的模型，以及 inductor 為 oneDNN 的 int8 kernel 預先打包了
 # 幾個 conv。編譯時用的執行緒數量和計時時相同：inductor 會把這個數量寫進它產生的程式碼，
 # 為兩個執行緒編譯、卻和單執行緒的模型一起計時，就不再是同類相比。
 
@@ -88,7 +88,7 @@ def compiled(model, *, freezing: bool):
 # %%
 # 步驟 1 — eager：浮點數、模擬的 int8、lowering 後的 int8
 # -------------------------------------------------------
-# q/dq 圖用浮點數執行每個 conv， *再加上* 每個張量的 quantize 和 dequantize：工作比浮點數多。
+# q/dq 圖用浮點數執行每個 conv，「再加上」每個張量的 quantize 和 dequantize：工作比浮點數多。
 # lowering 之後的圖（M03-1）則以 eager 方式執行 oneDNN 的 int8 conv。
 
 lowered = lower(int8_model, x)
@@ -123,8 +123,8 @@ print(f"沒有 freezing 時，int8 花的時間是 fp32 的 {plain.ratio('int8',
 # 步驟 3 — 開啟 freezing 的 torch.compile
 # ---------------------------------------
 # 設定 ``torch._inductor.config.freezing = True`` 後 weight 成為常數：和 M03-1 相同的預先打包
-# 與融合模式就會生效，計數器也這麼說，int8 也就執行 oneDNN 的 int8 conv。兩個模型同樣在
-# 相同的設定下比較。
+# 與融合模式就會生效（inductor 的計數器也證實了這一點），int8 也就執行 oneDNN 的 int8 conv。
+# 兩個模型同樣在相同的設定下比較。
 
 frozen = {}
 for label, model in (("fp32", float_model), ("int8", int8_model)):
@@ -145,7 +145,7 @@ settings = {"eager": eager, "編譯": plain, "編譯 + freezing": frozen}
 names, medians, whiskers, colors = [], [], [[], []], []
 for setting, timings in settings.items():
     for label, t in timings.times.items():
-        names.append(f"{setting}: {label}")
+        names.append(f"{setting}：{label}")
         medians.append(t.median)
         whiskers[0].append(t.median - t.low)
         whiskers[1].append(t.high - t.median)

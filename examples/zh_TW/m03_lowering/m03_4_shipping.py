@@ -235,7 +235,7 @@ print(timing.header())
 #
 #
 #          def in_fresh_process(code, **env):
-#              """在只匯入 torch 的新 Python 裡執行 ``code``；傳回該行程。"""
+#              """在只匯入 torch 的新 Python 裡執行 ``code``；回傳該行程。"""
 #              command = [sys.executable, "-c", "import sys, torch\n" + code]
 #              environment = {**os.environ, **env}
 #              return subprocess.run(command, env=environment, capture_output=True, text=True)

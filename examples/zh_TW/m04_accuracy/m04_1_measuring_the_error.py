@@ -4,7 +4,7 @@ M04-1 量測誤差
 
 到目前為止，課程裡的模型都是隨機 weight，校準用的也是雜訊。這一課在真正的手寫數字上訓練一個小型
 CNN，用 ``X86InductorQuantizer`` 的預設設定量化成 int8，再拿 500 張它沒看過的測試影像評分。
-準確度告訴你 int8 *有沒有* 代價；每個 node 的訊號量化雜訊比（SQNR）告訴你代價 *在哪裡*。
+準確度告訴你 int8「有沒有」代價；每個 node 的訊號量化雜訊比（SQNR）告訴你代價「在哪裡」。
 你會親手逐個 node 算出 SQNR，而 torchao 的數值除錯器（numeric debugger）算出的數字與你的
 逐位元相同。
 
@@ -17,7 +17,7 @@ CNN，用 ``X86InductorQuantizer`` 的預設設定量化成 int8，再拿 500 �
 **先備知識**：:ref:`M01-1 · PT2E 全流程
 <sphx_glr_lessons_m01_quantized_graphs_m01_1_pt2e_flow.py>`、:ref:`M02-3 · 親手做 convert
 <sphx_glr_lessons_m02_by_hand_m02_3_convert_by_hand.py>`；
-:ref:`M03-3 · 速度與大小
+:ref:`M03-3 · 量測速度與大小
 <sphx_glr_lessons_m03_lowering_m03_3_speed_and_size.py>` （為什麼要用 int8）。
 """
 
@@ -58,7 +58,7 @@ from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
 test_images, test_labels = digits("test")
 calibration_images, _ = digits("calibration")
-print(f"splits: {SPLITS}")
+print(f"資料切分：{SPLITS}")
 print(describe().verdict)
 
 
@@ -113,10 +113,10 @@ draw(int8_model, title="步驟 2：int8 的數字模型（X86InductorQuantizer �
 # %%
 # 步驟 3 — 親手逐個 node 算 SQNR
 # -----------------------------------
-# 準確度只計算預測翻盤的影像。SQNR 量的是每個中間張量偏移了多少：設 ``x`` 是某個 node
+# 準確度只計算預測結果改變的影像。SQNR 量的是每個中間張量偏移了多少：設 ``x`` 是某個 node
 # 在一張圖裡的輸出、``x̂`` 是在另一張圖裡的輸出，
 # ``SQNR = 20·log10(‖x‖ / ‖x − x̂‖)`` dB。
-# 每多 6 dB，誤差減半；40 dB 表示誤差是訊號的 1 %。
+# 每多 6 dB，誤差減半；40 dB 表示誤差是訊號的 1%。
 #
 # ``convert_pt2e`` 保留原本 node 的名稱，所以配對只要依名稱查表。不過 ``prepare_pt2e``
 # 已經把 BatchNorm 折疊進 conv：浮點圖的 ``conv2d`` （在 BatchNorm 之前）和 int8 圖的
@@ -135,7 +135,7 @@ for name, value in by_hand.items():
     print(f"{name:>12}  {value:6.2f} dB")
 
 # %%
-# 參數的順序有一點影響：步驟 4 的數值除錯器把 *量化後* 的張量當作訊號，所以 ``by_hand``
+# 參數的順序有一點影響：步驟 4 的數值除錯器把「量化後」的張量當作訊號，所以 ``by_hand``
 # 也這麼做。改用課本的寫法、以浮點張量為訊號，沒有一個 node 的差距超過 0.05 dB。
 # 後面幾課用的 ``common.numerics.sqnr`` 就是 torchao 的 ``compute_error``：數字逐位元相同。
 
@@ -177,10 +177,10 @@ print(f"比較了 {len(debugger)} 個 node：{list(debugger)}")
 
 assert set(debugger) == set(by_hand), "相同的 node"
 assert all(debugger[name] == by_hand[name] for name in by_hand), "相同的數字，逐位元相同"
-print("每個 node 都是 除錯器 == 親手計算")
+print("每個 node：除錯器 == 親手計算")
 
 # %%
-# BatchNorm 陷阱。像一開始很自然會做的那樣，把 *帶著* BatchNorm 的模型交給除錯器：它照樣把
+# BatchNorm 陷阱。一開始很容易直接把帶著 BatchNorm 的模型交給除錯器：它照樣把
 # ``conv2d`` 與 ``conv2d`` 配對，回報一個任何 quantizer 都造不出來的 SQNR。
 # 這麼低的數字來自 BatchNorm，不是 int8。
 

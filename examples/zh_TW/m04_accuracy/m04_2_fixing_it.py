@@ -2,9 +2,9 @@
 M04-2 修好它
 ============
 
-M04-1 的模型量化成 int8 之後毫無損失，所以這一課刻意、公開地讓它出錯：把第一個 conv 區塊的
-一個通道放大 100 倍，再把下一個 conv 對應的 weight 縮小回來，浮點模型的準確度完全不變；量化
-配方則用便宜的那一種（per-tensor weight、MinMax observer、8 張校準影像）。準確度下降了
+M04-1 的模型量化成 int8 之後毫無損失，所以這一課故意讓它出錯，而且每一步都攤開來看：把第一個
+conv 區塊的一個通道放大 100 倍，再把下一個 conv 對應的 weight 縮小回來，浮點模型的準確度完全不變；
+量化配方則用便宜的那一種（per-tensor weight、MinMax observer、8 張校準影像）。準確度下降了
 （五次訓練下降 5 到 34 個百分點；本頁印出它自己的數字）。離群通道造成兩個誤差：第一個 conv
 的 per-tensor weight scale，以及它後面活化值的 per-tensor scale，都由那一個大通道決定，其他
 通道各只剩幾個等級。一張實測的表格說明配方的每個設定（observer、校準集、per-channel
@@ -19,7 +19,7 @@ weight、把一層留在浮點、``reduce_range``）修好了什麼：修得好 
 
 **先備知識**：:ref:`M04-1 · 量測誤差
 <sphx_glr_lessons_m04_accuracy_m04_1_measuring_the_error.py>`、:ref:`M02-1 · quantizer
-寫下了什麼 <sphx_glr_lessons_m02_by_hand_m02_1_what_a_quantizer_writes.py>`、:ref:`M03-1 ·
+在圖上寫了什麼 <sphx_glr_lessons_m02_by_hand_m02_1_what_a_quantizer_writes.py>`、:ref:`M03-1 ·
 lowering 之後的圖 <sphx_glr_lessons_m03_lowering_m03_1_lowered_graph.py>`。
 """
 
@@ -168,7 +168,7 @@ assert start_sqnr["conv2d"] > 20 > start_sqnr["conv2d_1"], "conv2d 看起來沒�
 
 # %%
 # 每個張量只算一個數字，會把小通道藏起來：``conv2d`` 的第 0 個通道比其他通道大 100 倍，
-# SQNR 的兩個範數都被它主導。改成逐個輸出通道計算，情況就不同了：第 0 個通道很乾淨，
+# SQNR 的兩個範數都由它主導。改成逐個輸出通道計算，情況就不同了：第 0 個通道很乾淨，
 # 其他每個通道都至少差 20 dB（訊號雜訊比只剩十分之一或更少）。第一個誤差發生在第一個
 # conv，它的 per-tensor weight scale 由第 0 個通道決定。
 
@@ -243,7 +243,7 @@ for key, int8_model in rows.items():
 # 準確度回到離 fp32 不到 3.5 個百分點；換一個更好的活化值 observer，或多 25 倍的校準資料，
 # 仍比 fp32 低超過 3.5 個百分點。沒有任何一列讓活化值最差的通道超過 15 dB：每個設定都讓
 # relu1 的整個輸出共用一個 scale，而這個 scale 屬於第 0 個通道。寫進這裡之前，這些差距已在
-# 五次訓練（種子 0–4）、兩條 kernel 路徑（原生與 ``ONEDNN_MAX_CPU_ISA=AVX2``）上成立；
+# 五次訓練（種子 0～4）、兩條 kernel 路徑（原生與 ``ONEDNN_MAX_CPU_ISA=AVX2``）上成立；
 # ``reduce_range`` 對準確度的影響在各個種子上方向不一，所以不對它做任何 assert。
 
 loss = {key: fp32_accuracy - results[key][0] for key in results}
@@ -305,11 +305,11 @@ fig.tight_layout()
 # 步驟 5 — reduce_range 與 VNNI，實測
 # ----------------------------------------
 # 沒有 VNNI 時，x86 的 int8 kernel 用一個指令（``vpmaddubsw``）把 uint8 活化值乘上 int8
-# weight，並把每「一對」乘積加進一個 16 位元整數，它在 32,767 飽和；255·127 兩次是 64,770。
+# weight，並把每「一對」乘積加進一個 16 位元整數，上限是 32,767，超過就飽和；255·127 兩次是 64,770。
 # ``reduce_range=True`` 把活化值限制在 0..127，一對乘積就放得下。q/dq 模型以浮點計算，永遠
 # 不會飽和；只有 lowering 之後的 int8 kernel（M03）會。``common.numerics.int8_conv_steps``
 # 把 q/dq 模型 lowering，並餵給每個 int8 conv 與它的 q/dq 分身完全相同的 uint8 輸入：超過
-# 一個間隔（在半格上的捨入）的差異就是飽和。同樣兩個 q/dq 模型（x86 預設設定，開與不開
+# 一格（在半格上的捨入）的差異就是飽和。同樣兩個 q/dq 模型（x86 預設設定，開與不開
 # ``reduce_range``）分別在原生與把 oneDNN 限制在 AVX2 的情況下執行，各在一個新的行程裡
 # （``common.cpu.run_under_isa``）。
 
@@ -337,14 +337,14 @@ for reduce_range in (False, True):
     result[str(reduce_range)] = int8_conv_steps(convert_pt2e(prepared), digits("test")[0])
 """
 paths = {isa: run_under_isa(isa, STEPS) for isa in ("native", "AVX2")}
-print(f"{'kernel 路徑':<18}{'reduce_range':>13}   每個 conv 的最大差異（間隔數）")
+print(f"{'kernel 路徑':<18}{'reduce_range':>13}   每個 conv 的最大差異（格數）")
 for run in paths.values():
     for reduced, convs in run["result"].items():
         steps = " ".join(f"{c['conv']} {c['max_steps']:>2} ({c['share']:.3%})" for c in convs)
         print(f"{run['cpu']['onednn']:<20}{reduced:>13}   {steps}")
 
 # %%
-# 開啟 ``reduce_range`` 時，兩條路徑與 q/dq 模型的差異都不超過一個間隔。不開時，有 VNNI
+# 開啟 ``reduce_range`` 時，兩條路徑與 q/dq 模型的差異都不超過一格。不開時，有 VNNI
 # 的路徑也一樣，AVX2 路徑則在少數值上飽和（括號裡是比例）：在這個小模型裡很少見，因為它的
 # 活化值很少與大的 weight 配成一對，但飽和是無聲的。模擬只顯示每條路徑算出什麼數字，
 # 不代表真正 AVX2 晶片的速度。
@@ -367,7 +367,7 @@ print(
 )
 
 # %%
-# 代價：只有 128 個等級而不是 256 個，每個活化值的捨入間隔加倍。開啟 ``reduce_range`` 後，
+# 代價：只有 128 個等級而不是 256 個，活化值的每一格寬了一倍。開啟 ``reduce_range`` 後，
 # 轉換後的圖裡每個活化值 quantize node 都停在 127；表格的活化值欄顯示這個模型付出多少。
 
 print(

@@ -104,7 +104,7 @@ def qdq_ops(gm) -> dict:
 # ----------------------------------------
 # 靜態模型用 ``quantize_per_tensor.default`` 量化每個 linear 的輸入，它的 scale 是 convert
 # 時就固定的 Python 數字。動態模型則在每個輸入前面放一個 ``choose_qparams.tensor``
-# node：它讀取活化值，以張量形式傳回 scale 與 zero point，交給 ``quantize_per_tensor.tensor``
+# node：它讀取活化值，以張量形式回傳 scale 與 zero point，交給 ``quantize_per_tensor.tensor``
 # 與 ``dequantize_per_tensor.tensor`` 使用。兩者的 weight 都是 per-channel int8。
 
 static = quantize(x86_quantizer())
@@ -133,7 +133,7 @@ assert len(chosen) == 4, "q／k／v 的輸入、attention 的輸出、fc1 與 fc
 # %%
 # 步驟 2 — 每個批次一個 scale
 # ----------------------------
-# 記錄第一個 block 的 q／k／v 輸入的 ``choose_qparams`` 傳回什麼（和 M03-1 一樣用
+# 記錄第一個 block 的 q／k／v 輸入的 ``choose_qparams`` 回傳什麼（和 M03-1 一樣用
 # ``torch.fx.Interpreter`` ）：一張影像和整個測試集，得到兩個不同的 scale。靜態模型對同一個
 # 張量的 scale 則是圖裡的一個數字，不論批次為何。
 

@@ -73,7 +73,7 @@ aten, qd = torch.ops.aten, torch.ops.quantized_decomposed
 # %%
 # 輔助函式： ``quantizer()`` 是以 ``set_global`` 設定的預設靜態設定； ``quantize`` 在浮點圖
 # 的副本上做 prepare、校準與 convert； ``int8_layers`` 列出 conv 或 linear 讀 int8 weight
-# 的 module； ``errors`` 傳回準確率，以及 logits 相對浮點基準的 SQNR； ``tensor_results``
+# 的 module； ``errors`` 回傳準確率，以及 logits 相對浮點基準的 SQNR； ``tensor_results``
 # 只留下除錯器記錄的張量（圖裡也記錄了批次大小，一個 ``sym_size`` node）； ``Amax`` 逐個
 # node 執行圖（ ``torch.fx.Interpreter`` ），記下被指定的 node 每個通道的最大絕對值。
 
@@ -376,7 +376,7 @@ speedup = timings.ratio("fp32", fastest)
 print(f"這裡最快的是 {fastest}，速度是 fp32 的 {speedup:.2f} 倍；{cpu.verdict}")
 
 # %%
-# 總結
+# 小結
 # ----
 # ===================================  ========================================================
 # 模型                                 準確率與 logits 的 SQNR（印在上面）

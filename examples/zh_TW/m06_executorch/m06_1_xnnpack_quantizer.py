@@ -16,7 +16,7 @@ annotation，但服務的是不同的核心程式：XNNPACK 在手機上以 int8
 - prepare／convert 沒有任何後端專屬的部分：handmade 的 pass 得到相同的位元
 
 **先備知識**：
-:ref:`M02-1 · quantizer 寫下了什麼
+:ref:`M02-1 · quantizer 在圖上寫了什麼
 <sphx_glr_lessons_m02_by_hand_m02_1_what_a_quantizer_writes.py>`、
 :ref:`M02-4 · 為新後端寫 quantizer
 <sphx_glr_lessons_m02_by_hand_m02_4_writing_a_quantizer.py>`。
@@ -84,7 +84,7 @@ def xnnpack_quantizer(**options):
 
 # %%
 # ``annotated`` 匯出這個區塊，讓 quantizer 標注它（先執行 ``transform_for_annotation`` ，
-# 和 ``prepare_pt2e`` 的做法一樣），再傳回這張圖； ``describe_spec`` 把一個規格寫成
+# 和 ``prepare_pt2e`` 的做法一樣），再回傳這張圖； ``describe_spec`` 把一個規格寫成
 # ``int8[-128,127] affine`` 這樣的形式。
 
 
@@ -156,14 +156,14 @@ assert describe_spec(stem_weight) == "int8[-128,127] symmetric/channel", "x86 �
 assert describe_spec(list(xnn["conv2d"][0].values())[1]) == "int8[-127,127] symmetric/channel"
 
 # %%
-# 步驟 2 — 共享規格：一組 scale 穿過 pool 與 reshape
+# 步驟 2 — 共用規格：一組 scale 穿過 pool 與 reshape
 # --------------------------------------------------
 # max pool、平均 pool 或 flatten 不會改變輸入的範圍。XNNPACK 給它們
 # ``SharedQuantizationSpec`` ：輸入與輸出共用前一個 node 的 observer，中間就不必重新量化
 # （ ``xnnpack_quantizer_utils.py`` 的 ``propagate_annotation`` 對一份這類運算的清單這麼做）。
 
 shared = [name for name, (_, output) in xnn.items() if describe_spec(output) == "shared"]
-print("XNNPACK 沿用輸入 scale 的節點：", shared)
+print("XNNPACK 沿用輸入 scale 的 node：", shared)
 assert shared == ["max_pool2d", "adaptive_avg_pool2d", "flatten"], "pool 與 flatten"
 
 # %%
@@ -190,7 +190,7 @@ x86_model, xnn_model = converted(x86_quantizer()), converted(xnnpack_quantizer()
 draw(x86_model, highlight=quantize_nodes(x86_model), title="X86InductorQuantizer，convert 之後")
 draw(xnn_model, highlight=quantize_nodes(xnn_model), title="XNNPACKQuantizer，convert 之後")
 counts = {"x86": len(quantize_nodes(x86_model)), "XNNPACK": len(quantize_nodes(xnn_model))}
-print("quantize 節點數：", counts)
+print("quantize node 數：", counts)
 assert counts["XNNPACK"] > counts["x86"], "XNNPACK 量化的邊比較多"
 
 # %%
@@ -236,7 +236,7 @@ assert torch.equal(ours(*x), xnn_model(*x)), "輸出逐位元相同"
 print("XNNPACKQuantizer 之下 handmade 與 torchao 相同：", torch.equal(ours(*x), xnn_model(*x)))
 
 # %%
-# 總結
+# 小結
 # ----
 #
 # ===================  ====================  =========================

@@ -1,5 +1,5 @@
 """
-M06-2 lowering 到 ExecuTorch
+M06-2 下放到 ExecuTorch
 =============================
 
 convert 之後的圖仍然在浮點數裡模擬 int8。ExecuTorch 分兩步讓它成真：
@@ -146,7 +146,7 @@ assert "aten_linear_default" in delegated(lowered)["lowered_module_1"], "linear 
 # mean 在 ExecuTorch 的 **portable 核心程式** （單純的 C++ 迴圈）上以浮點數執行：第一個
 # delegate 的結尾是原本包在 mean 前後的 quantize 與 dequantize（XNNPACK 也會接下單獨的 q 或
 # dq），第二個 delegate 從下一個 quantize 開始。XNNPACK 的 partitioner 每個運算有一個 config；
-# 它的 ``MeanDimConfig`` 把 mean lowering 成 XNNPACK 的全域平均池化，其輸出保留 1×1 的 H 與 W：
+# 它的 ``MeanDimConfig`` 把 mean 下放成 XNNPACK 的全域平均池化，其輸出保留 1×1 的 H 與 W：
 # 它只接受對 4 維張量的第 2、3 維取平均，而且 **必須** ``keepdim=True`` 。我們的 mean 去掉了
 # 這兩維（ ``keepdim`` 預設為 False）。
 
@@ -189,7 +189,7 @@ print("執行環境的輸出", tuple(y.shape), y.dtype)
 # %%
 # 步驟 5 — 親手寫的 partitioner
 # -----------------------------
-# partitioner 是有兩個方法的類別。 ``ops_to_not_decompose(program)`` 傳回後端要求保持完整的
+# partitioner 是有兩個方法的類別。 ``ops_to_not_decompose(program)`` 回傳後端要求保持完整的
 # ATen 運算，以及挑選 node 的篩選函式（其餘的由 ExecuTorch 拆解）。 ``partition(program)`` 在
 # 要委派的 node 上設定 ``node.meta["delegation_tag"]`` 。 ``common.edge.CoursePartitioner``
 # 把它知道的一切放在一張表 ``SUPPORTED`` 裡：XNNPACK 執行的每個運算、它有沒有 int8 核心程式，
@@ -232,13 +232,13 @@ with expect_error(NotImplementedError, match="does not know hardswish"):
     )
 
 # %%
-# 它也會檢查拿到的是什麼： ``GraphModule`` （ ``convert_pt2e`` 的傳回值）還不是程式。
+# 它也會檢查拿到的是什麼： ``GraphModule`` （ ``convert_pt2e`` 的回傳值）還不是程式。
 
 with expect_error(TypeError, match="expects an ExportedProgram, got a GraphModule"):
     CoursePartitioner().partition(program.module())
 
 # %%
-# 總結
+# 小結
 # ----
 # ===============================  ==========================================================
 # 階段                             內容
@@ -294,7 +294,7 @@ with expect_error(TypeError, match="expects an ExportedProgram, got a GraphModul
 #
 # 延伸閱讀
 # --------
-# - `ExecuTorch：把模型 lowering 到 XNNPACK
+# - `ExecuTorch：把模型下放到 XNNPACK
 #   <https://docs.pytorch.org/executorch/stable/tutorial-xnnpack-delegate-lowering.html>`_
 # - `ExecuTorch：後端 delegate 與 partitioner
 #   <https://docs.pytorch.org/executorch/stable/compiler-delegate-and-partitioner.html>`_

@@ -329,7 +329,7 @@ for name, size in sizes.items():
 assert sizes["int8, .pte"] < 0.3 * sizes["fp32, torch.export.save"], "四分之一，再加上 scale"
 
 # %%
-# 總結
+# 小結
 # ----
 # - ``.pte`` 是一個 FlatBuffer 程式（執行計畫、運算子、delegate）加上區段：XNNPACK 酬載，
 #   以及存成 named data 的 weight，每個 int8 weight 一個位元組。
@@ -370,7 +370,7 @@ assert sizes["int8, .pte"] < 0.3 * sizes["fp32, torch.export.save"], "四分之�
 #
 #          with expect_error(RuntimeError), contextlib.redirect_stderr(io.StringIO()):
 #              forward.execute([example_inputs(3, shape=SHAPE)[0]])
-#          # 形狀在匯出時就固定了，記憶體區也是照它們規劃的：要接受其他 batch 大小，
+#          # 形狀在匯出時就固定了，記憶體區也是照它們規劃的：要接受其他批次大小，
 #          # 匯出時請加上 dynamic_shapes。
 #
 # 延伸閱讀

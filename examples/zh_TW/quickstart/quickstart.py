@@ -57,7 +57,8 @@ images, labels = digits("test")
 # :ref:`M02-1 · quantizer 在圖上寫了什麼
 # <sphx_glr_lessons_m02_by_hand_m02_1_what_a_quantizer_writes.py>`）；200 張校準影像讓它們
 # 記下數值範圍
-# （:ref:`M01-3 · observer <sphx_glr_lessons_m01_quantized_graphs_m01_3_observers.py>`）；
+# （:ref:`M01-3 · observer 如何把統計值變成 qparams
+# <sphx_glr_lessons_m01_quantized_graphs_m01_3_observers.py>`）；
 # ``convert_pt2e`` 把 observer 換成 quantize／dequantize node，並存下 int8 weight
 # （:ref:`M01-2 · q/dq node 和裡面的數字
 # <sphx_glr_lessons_m01_quantized_graphs_m01_2_qdq_numbers.py>`、

@@ -215,7 +215,7 @@ assert len({id(m) for n, m in observers.items() if n.startswith("activation_post
 # %%
 # UserWarning: must run observer before calling calculate_qparams. Returning default values.
 # ------------------------------------------------------------------------------------------
-# 對從未校準的模型執行 ``convert_pt2e`` 不會引發錯誤：它只發出警告（在 notebook 裡很容易
+# 對從未校準的模型執行 ``convert_pt2e`` 不會引發錯誤：它只發出警告（在 Jupyter 筆記本裡很容易
 # 漏看），並使用 scale 1.0 與 zero point 0——每個活化值都被四捨五入成整數，輸出毫無意義。
 
 uncalibrated = prepare_pt2e(export_module(get_model("small_cnn"), x), x86_quantizer())

@@ -51,7 +51,7 @@ simulated = quantize(floating, x)
 # %%
 # int8 比浮點數還慢
 # -----------------
-# ``convert_pt2e`` 傳回的模型比原本的浮點模型還慢。計時結果（單一執行緒、交錯輪流量測；
+# ``convert_pt2e`` 回傳的模型比原本的浮點模型還慢。計時結果（單一執行緒、交錯輪流量測；
 # 只印出，從不 assert）：
 
 print(compare_speed({"fp32": floating, "int8 q/dq": simulated}, x, rounds=20).table())
@@ -69,7 +69,7 @@ draw(simulated, highlight=floats, title="convert_pt2e 之後：夾在 q/dq 之�
 assert len(floats) == 2, "conv 與 linear 仍然用浮點數計算"
 
 # %%
-# **修正**：把圖 lowering 成 int8 kernel。``torch.compile`` 只有在
+# **修正**：把圖下放（lowering）到 int8 kernel。``torch.compile`` 只有在
 # ``torch._inductor.config.freezing = True`` 時才會這麼做，而它預設是關閉的（這就是陷阱：
 # 沒有它，編譯後的 int8 模型仍然只是模擬）；不編譯時，用 ``lower_pt2e_quantized_to_x86``
 # （還需要下一個條目的修正）。int8 之後是否比 fp32 快，取決於模型大小與 CPU；量測見
@@ -99,7 +99,7 @@ with expect_error(RuntimeError, match="view size is not compatible"):
     failing(*x)
 
 # %%
-# **原因**，在圖上看：oneDNN 的 int8 conv 傳回 **channels-last** 的張量（記憶體裡是
+# **原因**，在圖上看：oneDNN 的 int8 conv 回傳 **channels-last** 的張量（記憶體裡是
 # NHWC）；``flatten`` 追蹤成的 ``view`` （標示處）不複製就無法重組 NHWC 張量。
 # ``torch.compile`` 自己選擇記憶體排列，不受影響。
 

@@ -86,7 +86,8 @@ TEXT = {
         "built_with": "建置環境：{stack} · 本課執行於 {date}",
         "run_needs": "要執行下載的 ``.py``，需要先安裝課程的輔助模組（連同指定版本的 torch 與 "
         "torchao）：{command}，以及 Graphviz（``sudo apt-get install graphviz``）",
-        "run_needs_compiler": "；``torch.compile`` 還需要 C++ 編譯器（``g++``）。",
+        "run_needs_compiler": "；``torch.compile`` 還需要 C++ 編譯器（``g++``）",
+        "run_needs_end": "。",
     },
     "en": {
         "project": "PT2E quantization from the graph up",
@@ -128,7 +129,8 @@ TEXT = {
         "built_with": "Built with {stack} · this lesson ran on {date}",
         "run_needs": "Running the downloaded ``.py`` needs the course's helpers with their "
         "pinned torch and torchao, {command}, and Graphviz (``sudo apt-get install graphviz``)",
-        "run_needs_compiler": "; ``torch.compile`` also needs a C++ compiler (``g++``).",
+        "run_needs_compiler": "; ``torch.compile`` also needs a C++ compiler (``g++``)",
+        "run_needs_end": ".",
     },
 }
 

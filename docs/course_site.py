@@ -217,16 +217,29 @@ def run_needs(lang: str, scripts: list[Path]) -> str:
     course's repository), ExecuTorch for the lessons that import it, Graphviz, and a C++
     compiler for the lessons that call ``torch.compile``.
     """
-    sources = [script.read_text("utf-8") for script in scripts]
+    trees = [ast.parse(script.read_text("utf-8")) for script in scripts]
+    nodes_ = [node for tree in trees for node in ast.walk(tree)]
     install = f"pt2e-course @ git+{COURSE_REPOSITORY}"
     extra = ""
-    if any(re.search(r"^\s*(from|import) executorch", s, re.M) for s in sources):
+    imported = {a.name for node in nodes_ if isinstance(node, ast.Import) for a in node.names}
+    imported |= {node.module for node in nodes_ if isinstance(node, ast.ImportFrom) and node.module}
+    if any(name.split(".")[0] == "executorch" for name in imported):
         extra = f" {_pins()['executorch']}"
     text = TEXT[lang]
     line = text["run_needs"].format(command=f'``pip install "{install}"{extra}``')
-    if any("torch.compile(" in s for s in sources):
+    if any(_is_torch_compile(node) for node in nodes_):
         line += text["run_needs_compiler"]
-    return line
+    return line + text["run_needs_end"]
+
+
+def _is_torch_compile(node) -> bool:
+    """A call of ``torch.compile(...)`` in a lesson's code (not in its comments or strings)."""
+    function = getattr(node, "func", None) if isinstance(node, ast.Call) else None
+    return (
+        isinstance(function, ast.Attribute)
+        and function.attr == "compile"
+        and getattr(function.value, "id", None) == "torch"
+    )
 
 
 def module_scripts(lang: str, folder: str) -> list[Path]:

@@ -145,7 +145,7 @@ def _page_context(lang, app, pagename, templatename, context, doctree) -> None:
     context["report_url"] = report_url(lang, pagename, title.astext() if title else pagename)
     context["report_label"] = TEXT[lang]["report"]
     context["report_title"] = TEXT[lang]["report_title"]
-    if _is_lesson_page(app, pagename):
+    if _is_lesson_page(pagename):
         context["built_with"] = built_with(lang, Path(app.env.doc2path(pagename)))
     # sphinx-gallery links a lesson's notebook with :download:; Sphinx's download node says
     # where in the site it copied the file (its "filename": <hash>/<name>.ipynb).
@@ -166,15 +166,15 @@ def report_url(lang: str, pagename: str, title: str) -> str:
     return f"{COURSE_REPOSITORY}/issues/new?{query}"
 
 
-def _is_lesson_page(app, pagename: str) -> bool:
+def _is_lesson_page(pagename: str) -> bool:
     """A page sphinx-gallery made from a lesson (not a module's or the lessons' index)."""
     return pagename.startswith("lessons/") and not pagename.endswith("index")
 
 
 @functools.cache
 def _stack() -> str:
-    """ "torch 2.13.0, torchao 0.18.0, executorch 1.5.1 · <the CPU verdict>" of this process,
-    the one that ran the lessons."""
+    """The versions of torch, torchao and executorch and the CPU verdict of this process, the
+    one that ran the lessons."""
     from common.cpu import describe
 
     versions = ", ".join(f"{name} {_version(name)}" for name in ("torch", "torchao", "executorch"))

@@ -17,7 +17,6 @@ import hashlib
 import json
 import os
 import re
-import tomllib
 from importlib import metadata
 from pathlib import Path
 from typing import ClassVar
@@ -198,18 +197,6 @@ def built_with(lang: str, page_source: Path) -> str:
     return TEXT[lang]["built_with"].format(stack=_stack(), date=ran.isoformat())
 
 
-@functools.cache
-def _pins() -> dict[str, str]:
-    """The course's pinned requirements by name ("executorch" -> "executorch==1.5.1")."""
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["project"]
-    pins = {}
-    for extra in project["optional-dependencies"].values():
-        for requirement in (*project["dependencies"], *extra):
-            pin = requirement.split(";")[0].strip()
-            pins[re.split(r"[=<>~! \[]", pin, maxsplit=1)[0]] = pin
-    return pins
-
-
 def run_needs(lang: str, scripts: list[Path]) -> str:
     """The line beside a page's download buttons: what running its scripts needs.
 
@@ -224,7 +211,7 @@ def run_needs(lang: str, scripts: list[Path]) -> str:
     imported = {a.name for node in nodes_ if isinstance(node, ast.Import) for a in node.names}
     imported |= {node.module for node in nodes_ if isinstance(node, ast.ImportFrom) and node.module}
     if any(name.split(".")[0] == "executorch" for name in imported):
-        extra = f" {_pins()['executorch']}"
+        extra = f" executorch=={_version('executorch')}"  # the release that built the page
     text = TEXT[lang]
     line = text["run_needs"].format(command=f'``pip install "{install}"{extra}``')
     if any(_is_torch_compile(node) for node in nodes_):

@@ -174,8 +174,8 @@ def test_a_downloaded_lesson_runs_in_a_virtualenv_made_with_its_pages_command(si
     """A reader's machine: a fresh virtualenv, the page's one pip command, the downloaded .py.
 
     There is no GitHub here, so the command installs from a clone of this repository's HEAD
-    (a committed state) instead of COURSE_REPOSITORY. Cost: about 1–2 minutes, nearly all of
-    it pip installing torch and the rest from the local wheels.
+    (a committed state) instead of COURSE_REPOSITORY. Cost: 55 s on 2 idle cores (137 s at a
+    load average of 12), nearly all of it pip installing torch and the rest from local wheels.
     """
     lesson = "m00_1_getting_a_graph"
     page = site / "en" / "lessons" / "m00_graphs" / f"{lesson}.html"

@@ -43,6 +43,7 @@ API_MODULES = (
     "common.timing",
     "common.numerics",
     "common.charts",
+    "common.results",
 )
 
 TEXT = {
@@ -63,6 +64,32 @@ TEXT = {
             "# 以及 Graphviz 和中文字型；在自己的電腦上它什麼都不做：\n"
             "# 請在課程資料夾裡執行 pip install -e . 安裝課程。\n"
         ),
+        # The landing page's measured results (course_site.CourseResults), the report link and
+        # the built-with line of a lesson page, the line beside the download buttons.
+        "results_caption": "本次建置量測到的結果",
+        "results_head": ("量測項目", "本次建置", "出處"),
+        "result_compiled": "int8 比 fp32 快幾倍：兩者都以 ``torch.compile`` 加 freezing 編譯，"
+        "本 CPU 的 int8 路徑（{path}）",
+        "result_eager": "int8 比 fp32 快幾倍：eager 模式（下放後的 int8 運算），各 int8 路徑",
+        "result_size": "int8 程式存檔大小 ÷ fp32",
+        "result_accuracy": "手寫數字測試集準確度（{images} 張）：fp32／int8（x86 預設設定）",
+        "result_qat": "per-tensor weight、有離群通道的模型：fp32／PTQ／QAT",
+        "result_bit_exact": "親手寫的 prepare ＋ convert 和 torchao 逐位元相同",
+        "result_cases": "{n} 個案例（模型庫的模型 × 2 個 quantizer）",
+        "results_note": (
+            "量測環境：{cpu}。時間是 {threads} 個執行緒、交錯多輪的中位數，只印出、從不 "
+            "``assert``，並且會隨機器負載變動；{native} 以外的路徑是在同一顆 CPU 上用 "
+            "``ONEDNN_MAX_CPU_ISA`` 限制出來的，不是真正較舊的晶片。"
+        ),
+        "report": "回報本頁問題",
+        "report_title": "在課程的儲存庫開一個 issue，回報本頁的問題",
+        "report_issue_title": "本頁有問題：{title}",
+        "report_issue_body": "頁面：{address}\n\n問題：\n",
+        "built_with": "建置環境：{stack} · 本課執行於 {date}",
+        "run_needs": "要執行下載的 ``.py``，需要先安裝課程的輔助模組（連同指定版本的 torch 與 "
+        "torchao）：{command}，以及 Graphviz（``sudo apt-get install graphviz``）",
+        "run_needs_compiler": "；``torch.compile`` 還需要 C++ 編譯器（``g++``）",
+        "run_needs_end": "。",
     },
     "en": {
         "project": "PT2E quantization from the graph up",
@@ -81,6 +108,33 @@ TEXT = {
             "# torchao), Graphviz and a CJK font. On your own machine it does nothing:\n"
             "# install the course there with pip install -e . in its folder.\n"
         ),
+        # The landing page's measured results (course_site.CourseResults), the report link and
+        # the built-with line of a lesson page, the line beside the download buttons.
+        "results_caption": "Measured by this build",
+        "results_head": ("What", "This build", "Lesson"),
+        "result_compiled": "int8 speed-up over fp32, both compiled with ``torch.compile`` and "
+        "freezing, on this CPU's int8 path ({path})",
+        "result_eager": "int8 speed-up over fp32, eager (lowered int8 ops), on each int8 path",
+        "result_size": "Size of the saved int8 program ÷ fp32",
+        "result_accuracy": "Digits test accuracy ({images} images): fp32 / int8 (x86 defaults)",
+        "result_qat": "Per-tensor weights, a model with an outlier channel: fp32 / PTQ / QAT",
+        "result_bit_exact": "Handmade prepare + convert, bit-exact with torchao",
+        "result_cases": "{n} cases (the zoo's models × 2 quantizers)",
+        "results_note": (
+            "Measured on {cpu}. Times are medians of interleaved rounds on {threads} thread(s), "
+            "printed and never asserted, and they move with the machine's load; the paths other "
+            "than {native} are capped with ``ONEDNN_MAX_CPU_ISA`` on the same CPU, not a real "
+            "older chip."
+        ),
+        "report": "Report a problem",
+        "report_title": "Open an issue in the course's repository about this page",
+        "report_issue_title": "Problem on the page: {title}",
+        "report_issue_body": "Page: {address}\n\nWhat is wrong:\n",
+        "built_with": "Built with {stack} · this lesson ran on {date}",
+        "run_needs": "Running the downloaded ``.py`` needs the course's helpers with their "
+        "pinned torch and torchao, {command}, and Graphviz (``sudo apt-get install graphviz``)",
+        "run_needs_compiler": "; ``torch.compile`` also needs a C++ compiler (``g++``)",
+        "run_needs_end": ".",
     },
 }
 
@@ -202,7 +256,8 @@ def make_config(lang: str) -> dict:
             "show_toc_level": 2,
             "search_bar_text": text["search_bar_text"],
             "navbar_end": ["language-switch", "theme-switcher", "navbar-icon-links"],
-            "article_header_end": ["colab-link"],
+            "article_header_end": ["colab-link", "report-problem"],
+            "article_footer_items": ["built-with"],
             "footer_start": ["copyright"],
             "footer_end": [],
         },

@@ -1,29 +1,40 @@
 """The site's own Sphinx additions, shared by both language builds.
 
-Language switch and Colab link per page, the {lesson} role, the directives that write the
-course map, the lessons index and the API page's sections (each notes the files it reads, so
-Sphinx reads its page again exactly when one of them changed), the lessons' re-run when what
-else makes their pages changed, and each language's sitemap. The settings they read live in
+Language switch, Colab and report-a-problem links per page, the built-with line of a lesson
+page and what running its download needs, the {lesson} role, the directives that write the
+course map, the landing page's module cards and measured results, the lessons index and the
+API page's sections (each notes the files it reads, so Sphinx reads its page again exactly
+when one of them changed), the lessons' re-run when what else makes their pages changed, and
+each language's sitemap. The settings they read live in
 course_conf.py; the site root (index.html, 404.html, the sitemap index) is written by
 languages.write_site_root.
 """
 
 import ast
+import datetime
+import functools
 import hashlib
 import json
 import os
 import re
+from importlib import metadata
 from pathlib import Path
+from typing import ClassVar
+from urllib.parse import quote
 from xml.sax.saxutils import escape
 
 from docutils import nodes
+from docutils.parsers.rst import directives
 from sphinx import addnodes
 from sphinx.util.docutils import SphinxDirective
 from zh_spacing import CJK
 
+from common.results import RESULTS_FOLDER
+
 from course_conf import (
     API_MODULES,
     COLAB_NOTEBOOKS,
+    COURSE_REPOSITORY,
     DOCS,
     GALLERY_ZH_TW,
     ROOT,
@@ -41,8 +52,12 @@ except ImportError:  # not on Windows: there the two builds' kernels run unguard
 
 def setup(app) -> dict:
     lang = app.config.language
+    # The lessons publish their headline figures there as they run (common.results); the
+    # landing page's course-results directive reads them.
+    os.environ[RESULTS_FOLDER] = str(results_folder(lang))
     app.add_role("lesson", _lesson_role)
     app.add_directive("course-map", CourseMap)
+    app.add_directive("course-results", CourseResults)
     app.add_directive("course-lessons", CourseLessons)
     app.add_directive("course-api", CourseApi)
     app.connect("html-page-context", lambda *args: _page_context(lang, *args))
@@ -125,6 +140,12 @@ def _page_context(lang, app, pagename, templatename, context, doctree) -> None:
     twin = f"{SITE_URL}{other}/{pagename}.html"
     alternate = f'<link rel="alternate" hreflang="{TEXT[other]["hreflang"]}" href="{twin}">\n'
     context["metatags"] = context.get("metatags", "") + alternate
+    title = app.env.titles.get(pagename)  # the page's own title (not an admonition's)
+    context["report_url"] = report_url(lang, pagename, title.astext() if title else pagename)
+    context["report_label"] = TEXT[lang]["report"]
+    context["report_title"] = TEXT[lang]["report_title"]
+    if _is_lesson_page(pagename):
+        context["built_with"] = built_with(lang, Path(app.env.doc2path(pagename)))
     # sphinx-gallery links a lesson's notebook with :download:; Sphinx's download node says
     # where in the site it copied the file (its "filename": <hash>/<name>.ipynb).
     if doctree is not None and pagename.startswith("lessons/"):
@@ -132,6 +153,80 @@ def _page_context(lang, app, pagename, templatename, context, doctree) -> None:
         for node in doctree.findall(addnodes.download_reference):
             if node.get("reftarget") == notebook and node.get("filename"):
                 context["colab_url"] = f"{COLAB_NOTEBOOKS}{lang}/_downloads/{node['filename']}"
+
+
+def report_url(lang: str, pagename: str, title: str) -> str:
+    """A new-issue URL of the course's repository, its title and body naming the page."""
+    address = f"{SITE_URL}{lang}/{pagename}.html"
+    text = TEXT[lang]
+    issue_title = text["report_issue_title"].format(title=title)
+    body = text["report_issue_body"].format(address=address)
+    query = f"title={quote(issue_title, safe='')}&body={quote(body, safe='')}"
+    return f"{COURSE_REPOSITORY}/issues/new?{query}"
+
+
+def _is_lesson_page(pagename: str) -> bool:
+    """A page sphinx-gallery made from a lesson (not a module's or the lessons' index)."""
+    return pagename.startswith("lessons/") and not pagename.endswith("index")
+
+
+@functools.cache
+def _stack() -> str:
+    """The versions of torch, torchao and executorch and the CPU verdict of this process, the
+    one that ran the lessons."""
+    from common.cpu import describe
+
+    versions = ", ".join(f"{name} {_version(name)}" for name in ("torch", "torchao", "executorch"))
+    return f"{versions} · {describe().verdict}"
+
+
+def _version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "—"
+
+
+def built_with(lang: str, page_source: Path) -> str:
+    """A lesson page's built-with line: the stack and CPU, and the day its lesson ran.
+
+    The day is that of the gallery's page source, which sphinx-gallery writes when it runs
+    the lesson (and only then): a page written again later still gives the day of the run.
+    """
+    ran = datetime.datetime.fromtimestamp(page_source.stat().st_mtime, datetime.UTC).date()
+    return TEXT[lang]["built_with"].format(stack=_stack(), date=ran.isoformat())
+
+
+def run_needs(lang: str, scripts: list[Path]) -> str:
+    """The line beside a page's download buttons: what running its scripts needs.
+
+    The course's helpers with their pinned torch and torchao (one pip command from the
+    course's repository), ExecuTorch for the lessons that import it, Graphviz, and a C++
+    compiler for the lessons that call ``torch.compile``.
+    """
+    trees = [ast.parse(script.read_text("utf-8")) for script in scripts]
+    nodes_ = [node for tree in trees for node in ast.walk(tree)]
+    install = f"pt2e-course @ git+{COURSE_REPOSITORY}"
+    extra = ""
+    imported = {a.name for node in nodes_ if isinstance(node, ast.Import) for a in node.names}
+    imported |= {node.module for node in nodes_ if isinstance(node, ast.ImportFrom) and node.module}
+    if any(name.split(".")[0] == "executorch" for name in imported):
+        extra = f" executorch=={_version('executorch')}"  # the release that built the page
+    text = TEXT[lang]
+    line = text["run_needs"].format(command=f'``pip install "{install}"{extra}``')
+    if any(_is_torch_compile(node) for node in nodes_):
+        line += text["run_needs_compiler"]
+    return line + text["run_needs_end"]
+
+
+def _is_torch_compile(node) -> bool:
+    """A call of ``torch.compile(...)`` in a lesson's code (not in its comments or strings)."""
+    function = getattr(node, "func", None) if isinstance(node, ast.Call) else None
+    return (
+        isinstance(function, ast.Attribute)
+        and function.attr == "compile"
+        and getattr(function.value, "id", None) == "torch"
+    )
 
 
 def module_scripts(lang: str, folder: str) -> list[Path]:
@@ -240,9 +335,15 @@ class _GeneratedContent(SphinxDirective):
 
 class CourseMap(_GeneratedContent):
     """``{course-map}`` (in a MyST page): per module its title, paragraph and one card per
-    lesson with the lesson's claim and its thumbnail."""
+    lesson with the lesson's claim and its thumbnail. With ``:modules:`` (the landing page):
+    one card per module, in course order, with the first sentence of its paragraph and the
+    thumbnail of its first lesson, linking to the module's page."""
+
+    option_spec: ClassVar = {"modules": directives.flag}
 
     def run(self) -> list:
+        if "modules" in self.options:
+            return self.module_cards()
         lang = self.config.language
         out = []
         for folder in module_folders(lang):
@@ -268,6 +369,118 @@ class CourseMap(_GeneratedContent):
                 out += ["", _rst_to_myst(claim), ":::", ""]
             out += ["::::", ""]
         return self.parse("\n".join(out), lists_lessons=True)
+
+    def module_cards(self) -> list:
+        lang = self.config.language
+        out = ["::::{grid} 1 2 3 3", ":gutter: 3", ""]
+        for folder in module_folders(lang):
+            header = _paragraphs(self.read(ROOT / "examples" / lang / folder / "README.txt"))
+            out += [f":::{{grid-item-card}} {_title(header[0])}"]
+            out += [f":link: lessons/{folder}/index", ":link-type: doc"]
+            out += [":class-card: course-card course-module-card"]
+            scripts = module_scripts(lang, folder)
+            thumb = self.thumbnail(scripts[0]) if scripts else None
+            if thumb:
+                out += [f":img-top: /{thumb}", f":img-alt: {_title(header[0])}"]
+            summary = _first_sentence(header[1]) if len(header) > 1 else ""
+            out += ["", _rst_to_myst(summary), ":::", ""]
+        out += ["::::", ""]
+        return self.parse("\n".join(out), lists_lessons=True)
+
+
+def results_folder(lang: str) -> Path:
+    """Where the lessons of one language publish their figures while the site is built."""
+    return ROOT / "build" / "results" / lang
+
+
+class CourseResults(_GeneratedContent):
+    """``{course-results}`` (the landing page): the course's headline figures as the lessons
+    of this build measured them, from the files they published (common.results), in a table
+    that links each figure to its lesson. A figure missing is an error naming its lesson."""
+
+    #: lesson -> the figures the table reads from what it published.
+    SOURCES: ClassVar = {
+        "M03-3": (
+            "cpu",
+            "int8_path",
+            "timing_threads",
+            "int8_speedup_compiled",
+            "int8_speedup_eager",
+            "size_ratio",
+        ),
+        "M04-1": ("test_images", "fp32_accuracy", "int8_accuracy"),
+        "M04-3": ("fp32_accuracy", "ptq_accuracy", "qat_accuracy"),
+        "M02-3": ("bit_exact_cases",),
+    }
+
+    def figures(self, lesson: str) -> dict:
+        lang = self.config.language
+        script = lesson_sources(lang)[lesson]
+        path = results_folder(lang) / f"{script.stem}.json"
+        if not path.exists():
+            raise self.error(
+                f"{path} is missing: {script.name} publishes it when it runs in this build "
+                "(delete docs/<lang>/lessons/*/*.md5 to run the lessons again)"
+            )
+        found = json.loads(self.read(path))
+        missing = [name for name in self.SOURCES[lesson] if name not in found]
+        if missing:
+            raise self.error(f"{script.name} published no {', '.join(missing)} (in {path})")
+        return found
+
+    def run(self) -> list:
+        text = TEXT[self.config.language]
+        speed, qat = self.figures("M03-3"), self.figures("M04-3")
+        accuracy, handmade = self.figures("M04-1"), self.figures("M02-3")
+        native = speed["int8_path"]
+        paths = " · ".join(f"{p} {v:.2f}×" for p, v in speed["int8_speedup_eager"].items())
+        rows = [
+            (
+                text["result_compiled"].format(path=native),
+                f"{speed['int8_speedup_compiled']:.2f}×",
+                "M03-3",
+            ),
+            (text["result_eager"], paths, "M03-3"),
+            (text["result_size"], f"{speed['size_ratio']:.2f}×", "M03-3"),
+            (
+                text["result_accuracy"].format(images=accuracy["test_images"]),
+                f"{accuracy['fp32_accuracy']:.1%} / {accuracy['int8_accuracy']:.1%}",
+                "M04-1",
+            ),
+            (
+                text["result_qat"],
+                " / ".join(
+                    f"{qat[k]:.1%}" for k in ("fp32_accuracy", "ptq_accuracy", "qat_accuracy")
+                ),
+                "M04-3",
+            ),
+            (
+                text["result_bit_exact"],
+                text["result_cases"].format(n=handmade["bit_exact_cases"]),
+                "M02-3",
+            ),
+        ]
+        out = [
+            f":::{{list-table}} {text['results_caption']}",
+            ":header-rows: 1",
+            ":class: course-results",
+            "",
+        ]
+        out += [
+            f"* - {text['results_head'][0]}",
+            f"  - {text['results_head'][1]}",
+            f"  - {text['results_head'][2]}",
+        ]
+        for what, value, lesson in rows:
+            out += [f"* - {what}", f"  - {value}", f"  - {{lesson}}`{lesson}`"]
+        out += [":::", ""]
+        out += [
+            text["results_note"].format(
+                cpu=speed["cpu"], threads=speed["timing_threads"], native=native
+            ),
+            "",
+        ]
+        return self.parse("\n".join(out), lists_lessons=False)
 
 
 class CourseLessons(_GeneratedContent):
@@ -324,8 +537,23 @@ def _lessons_using(lang: str, app, what: str, name: str, obj, options, lines: li
         lines += ["", f".. rubric:: {TEXT[lang]['used_in']}", "", f".. minigallery:: {name}", ""]
 
 
+_FOOTER = re.compile(
+    r"^(  \.\. container:: sphx-glr-footer sphx-glr-footer-(example|gallery)\n)", re.M
+)
+
+
 def _source_read(lang: str, docname: str, source: list[str]) -> None:
-    if lang == "zh_TW" and docname.startswith("lessons/"):
+    if not docname.startswith("lessons/"):
+        return
+    parts = docname.split("/")
+    if len(parts) == 3:  # lessons/<module>/<page>: a lesson's or a module's page
+        folder = ROOT / "examples" / lang / parts[1]
+        scripts = [folder / f"{parts[2]}.py"] if parts[2] != "index" else [*folder.glob("*.py")]
+        scripts = [script for script in scripts if script.exists()]
+        if scripts:
+            needs = f"  .. rst-class:: course-run-needs\n\n  {run_needs(lang, scripts)}\n\n"
+            source[0] = _FOOTER.sub(lambda match: needs + match[1], source[0], count=1)
+    if lang == "zh_TW":
         for english, chinese in GALLERY_ZH_TW.items():
             source[0] = source[0].replace(english, chinese)
 
@@ -342,9 +570,12 @@ def _rerun_when_outputs_may_differ(app) -> None:
     inputs = [*(ROOT / "common").glob("*.py"), DOCS / "course_gallery.py"]
     stamp = _digest(inputs) + _sha256(app.config.sphinx_gallery_conf["first_notebook_cell"])
     recorded = lessons / "inputs.sha256"
-    if recorded.exists() and recorded.read_text() == stamp:
+    # The landing page's figures are published by the lessons as they run: none without a run.
+    results = results_folder(app.config.language)
+    if recorded.exists() and recorded.read_text() == stamp and results.is_dir():
         return
     for md5 in lessons.glob("*/*.py.md5"):
         md5.unlink()
     lessons.mkdir(parents=True, exist_ok=True)
+    results.mkdir(parents=True, exist_ok=True)
     recorded.write_text(stamp)

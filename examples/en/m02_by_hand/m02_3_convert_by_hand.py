@@ -37,8 +37,8 @@ import torch
 from torch import nn
 
 from common.expect import expect_error
-from common.models import example_inputs, get_model
-from common.pt2e import calibrate, export_module, quiet
+from common.models import MODEL_NAMES, example_inputs, get_model
+from common.pt2e import calibrate, export_module, quiet, x86_quantizer
 from common.viz import draw_diff
 
 quiet()
@@ -258,6 +258,32 @@ calibrate(packaged)
 same = torch.equal(handmade.convert(packaged)(*fresh), reference(*fresh))
 print("torch.equal(handmade.convert, convert_pt2e):", same)
 assert same, "handmade.convert is bit-exact with convert_pt2e"
+
+# %%
+# Step 7 — Every model of the zoo, with both quantizers
+# ------------------------------------------------------
+# The same comparison on each model of the course's zoo, with the course quantizer and with
+# torchao's ``X86InductorQuantizer``: ``handmade.prepare`` and ``handmade.convert`` against
+# ``prepare_pt2e`` and ``convert_pt2e``, calibrated alike, their outputs compared with
+# ``torch.equal`` on the fresh inputs. Each pair is one case; ``tests/test_handmade.py`` runs
+# a larger matrix of them.
+
+cases = 0
+for name in MODEL_NAMES:
+    for quantizer in (CourseQuantizer, x86_quantizer):
+        ours = handmade.prepare(export_module(get_model(name), x), quantizer())
+        theirs = prepare_pt2e(export_module(get_model(name), x), quantizer())
+        calibrate(ours)
+        calibrate(theirs)
+        same = torch.equal(handmade.convert(ours)(*fresh), convert_pt2e(theirs)(*fresh))
+        assert same, f"{name} with {quantizer.__name__}: bit-exact with torchao"
+        cases += 1
+print(f"bit-exact with torchao on {cases} cases: {len(MODEL_NAMES)} models × 2 quantizers")
+# sphinx_gallery_start_ignore
+from common.results import publish  # the landing page's figures
+
+publish("bit_exact_cases", cases)
+# sphinx_gallery_end_ignore
 
 # %%
 # Summary

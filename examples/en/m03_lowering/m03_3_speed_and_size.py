@@ -139,6 +139,14 @@ for label, model in (("fp32", float_model), ("int8", int8_model)):
 frozen = compare_speed(frozen, x)
 print(frozen.table())
 print(f"with freezing, int8 runs {frozen.ratio('fp32', 'int8'):.2f}× as fast as fp32")
+# sphinx_gallery_start_ignore
+from common.results import publish  # the landing page's figures
+
+publish("cpu", cpu.verdict)
+publish("int8_path", cpu.onednn)
+publish("timing_threads", frozen.threads)
+publish("int8_speedup_compiled", frozen.ratio("fp32", "int8"))
+# sphinx_gallery_end_ignore
 
 # %%
 # Step 4 — The whole picture
@@ -213,6 +221,10 @@ for path, (fp32, int8, load) in rows.items():
         f"{path:18} {fp32.median:15.2f} ({fp32.spread:4.0%}) {int8.median:17.2f}"
         f" ({int8.spread:4.0%}) {fp32.median / int8.median:8.2f}× {load:5.2f}"
     )
+# sphinx_gallery_start_ignore
+speedups = {path: fp32.median / int8.median for path, (fp32, int8, _) in rows.items()}
+publish("int8_speedup_eager", speedups)
+# sphinx_gallery_end_ignore
 
 # %%
 # Step 6 — Size on disk
@@ -234,6 +246,9 @@ fp32_bytes, int8_bytes = saved_bytes(float_model), saved_bytes(int8_model)
 ratio = int8_bytes / fp32_bytes
 print(f"fp32 {fp32_bytes / 1e3:.0f} kB, int8 {int8_bytes / 1e3:.0f} kB: {ratio:.2f}×")
 assert int8_bytes <= 0.3 * fp32_bytes, "int8 weights take a quarter of the bytes, plus scales"
+# sphinx_gallery_start_ignore
+publish("size_ratio", ratio)
+# sphinx_gallery_end_ignore
 
 # %%
 # Summary

@@ -110,6 +110,13 @@ with torch.no_grad():
     changed = (model(test_images).argmax(1) != int8_model(test_images).argmax(1)).sum().item()
 print(f"fp32 {fp32_accuracy:.1%}   int8 {int8_accuracy:.1%}   predictions changed: {changed}")
 assert abs(int8_accuracy - fp32_accuracy) <= 0.01, "the defaults cost at most 1 point here"
+# sphinx_gallery_start_ignore
+from common.results import publish  # the landing page's figures
+
+publish("test_images", len(test_labels))
+publish("fp32_accuracy", fp32_accuracy)
+publish("int8_accuracy", int8_accuracy)
+# sphinx_gallery_end_ignore
 draw(int8_model, title="Step 2: the int8 digits model (X86InductorQuantizer defaults)")
 
 # %%

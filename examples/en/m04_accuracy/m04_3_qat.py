@@ -327,6 +327,13 @@ for label, value in table.items():
 lost, won = fp32_accuracy - ptq_accuracy, qat_accuracy - ptq_accuracy
 print(f"PTQ lost {lost * 100:.1f} points; QAT won back {won * 100:.1f} of them")
 assert won > lost / 2, "QAT wins back at least half of what PTQ lost"
+# sphinx_gallery_start_ignore
+from common.results import publish  # the landing page's figures
+
+publish("fp32_accuracy", fp32_accuracy)
+publish("ptq_accuracy", ptq_accuracy)
+publish("qat_accuracy", qat_accuracy)
+# sphinx_gallery_end_ignore
 
 fig, ax = plt.subplots(figsize=(6, 3))
 ax.bar(list(table), [v * 100 for v in table.values()], color=["#999999", "#c44e52", "#4c72b0"])

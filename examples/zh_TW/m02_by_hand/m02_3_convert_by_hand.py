@@ -36,8 +36,8 @@ import torch
 from torch import nn
 
 from common.expect import expect_error
-from common.models import example_inputs, get_model
-from common.pt2e import calibrate, export_module, quiet
+from common.models import MODEL_NAMES, example_inputs, get_model
+from common.pt2e import calibrate, export_module, quiet, x86_quantizer
 from common.viz import draw_diff
 
 quiet()
@@ -252,6 +252,31 @@ calibrate(packaged)
 same = torch.equal(handmade.convert(packaged)(*fresh), reference(*fresh))
 print("torch.equal(handmade.convert, convert_pt2e)：", same)
 assert same, "handmade.convert 和 convert_pt2e 逐位元相同"
+
+# %%
+# 步驟 7 — 模型庫的每個模型，兩個 quantizer
+# -----------------------------------------
+# 在課程模型庫的每個模型上做同樣的比對，分別用課程的 quantizer 和 torchao 的
+# ``X86InductorQuantizer``：``handmade.prepare`` 與 ``handmade.convert`` 對上
+# ``prepare_pt2e`` 與 ``convert_pt2e``，用相同的資料校準，再以 ``torch.equal`` 比較兩者在
+# 新輸入上的輸出。每一組是一個案例；``tests/test_handmade.py`` 跑的是更大的矩陣。
+
+cases = 0
+for name in MODEL_NAMES:
+    for quantizer in (CourseQuantizer, x86_quantizer):
+        ours = handmade.prepare(export_module(get_model(name), x), quantizer())
+        theirs = prepare_pt2e(export_module(get_model(name), x), quantizer())
+        calibrate(ours)
+        calibrate(theirs)
+        same = torch.equal(handmade.convert(ours)(*fresh), convert_pt2e(theirs)(*fresh))
+        assert same, f"{name} 用 {quantizer.__name__}：和 torchao 逐位元相同"
+        cases += 1
+print(f"在 {cases} 個案例上和 torchao 逐位元相同：{len(MODEL_NAMES)} 個模型 × 2 個 quantizer")
+# sphinx_gallery_start_ignore
+from common.results import publish  # 首頁引用的數字
+
+publish("bit_exact_cases", cases)
+# sphinx_gallery_end_ignore
 
 # %%
 # 小結

@@ -135,6 +135,14 @@ for label, model in (("fp32", float_model), ("int8", int8_model)):
 frozen = compare_speed(frozen, x)
 print(frozen.table())
 print(f"開了 freezing，int8 的速度是 fp32 的 {frozen.ratio('fp32', 'int8'):.2f} 倍")
+# sphinx_gallery_start_ignore
+from common.results import publish  # 首頁引用的數字
+
+publish("cpu", cpu.verdict)
+publish("int8_path", cpu.onednn)
+publish("timing_threads", frozen.threads)
+publish("int8_speedup_compiled", frozen.ratio("fp32", "int8"))
+# sphinx_gallery_end_ignore
 
 # %%
 # 步驟 4 — 全貌
@@ -206,6 +214,10 @@ for path, (fp32, int8, load) in rows.items():
         f"{path:18} {fp32.median:15.2f} ({fp32.spread:4.0%}) {int8.median:17.2f}"
         f" ({int8.spread:4.0%}) {fp32.median / int8.median:8.2f}× {load:5.2f}"
     )
+# sphinx_gallery_start_ignore
+speedups = {path: fp32.median / int8.median for path, (fp32, int8, _) in rows.items()}
+publish("int8_speedup_eager", speedups)
+# sphinx_gallery_end_ignore
 
 # %%
 # 步驟 6 — 存檔大小
@@ -227,6 +239,9 @@ fp32_bytes, int8_bytes = saved_bytes(float_model), saved_bytes(int8_model)
 ratio = int8_bytes / fp32_bytes
 print(f"fp32 {fp32_bytes / 1e3:.0f} kB, int8 {int8_bytes / 1e3:.0f} kB: {ratio:.2f}×")
 assert int8_bytes <= 0.3 * fp32_bytes, "int8 weight 只佔四分之一的位元組，再加上 scale"
+# sphinx_gallery_start_ignore
+publish("size_ratio", ratio)
+# sphinx_gallery_end_ignore
 
 # %%
 # 小結

@@ -108,6 +108,13 @@ with torch.no_grad():
     changed = (model(test_images).argmax(1) != int8_model(test_images).argmax(1)).sum().item()
 print(f"fp32 {fp32_accuracy:.1%}   int8 {int8_accuracy:.1%}   預測改變的影像：{changed}")
 assert abs(int8_accuracy - fp32_accuracy) <= 0.01, "在這裡，預設設定最多損失 1 個百分點"
+# sphinx_gallery_start_ignore
+from common.results import publish  # 首頁引用的數字
+
+publish("test_images", len(test_labels))
+publish("fp32_accuracy", fp32_accuracy)
+publish("int8_accuracy", int8_accuracy)
+# sphinx_gallery_end_ignore
 draw(int8_model, title="步驟 2：int8 的數字模型（X86InductorQuantizer 預設設定）")
 
 # %%

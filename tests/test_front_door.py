@@ -1,0 +1,205 @@
+"""The front door: the landing page shows what this build's lessons measured, lesson pages say
+what built them and how to report a problem, and a downloaded lesson runs where it lands."""
+
+import html
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from test_build import make_site, sphinx_build
+
+import course_conf
+from conftest import ROOT, needs_dot
+
+pytestmark = [pytest.mark.slow, needs_dot]
+
+# Lessons of a small site, each named like the real lesson the landing page reads (its number
+# is what course-results looks up), publishing fixed figures as the real ones publish measured.
+FIGURES = {
+    "m02_fixture/m02_3_cases.py": {"bit_exact_cases": 8},
+    "m03_fixture/m03_3_speed.py": {
+        "cpu": "Test CPU: oneDNN int8 path AVX2; VNNI no",
+        "int8_path": "AVX2",
+        "timing_threads": 1,
+        "int8_speedup_compiled": 2.5,
+        "int8_speedup_eager": {"AVX2": 1.25},
+        "size_ratio": 0.27,
+    },
+    "m04_fixture/m04_1_accuracy.py": {
+        "test_images": 500,
+        "fp32_accuracy": 0.97,
+        "int8_accuracy": 0.964,
+    },
+    "m04_fixture/m04_3_qat.py": {"fp32_accuracy": 0.97, "ptq_accuracy": 0.8, "qat_accuracy": 0.95},
+}
+
+LANDING = """\
+# Fixture
+
+```{course-results}
+```
+
+```{course-map}
+:modules:
+```
+
+```{toctree}
+lessons/index
+```
+"""
+
+
+def publishing_lesson(figures: dict) -> str:
+    calls = "".join(f"publish({name!r}, {value!r})\n" for name, value in figures.items())
+    return (
+        textwrap.dedent('''\
+        """
+        A lesson that publishes
+        =======================
+
+        It publishes the figures the landing page reads.
+        """
+
+        from common.results import publish
+
+        ''')
+        + calls
+    )
+
+
+def small_site(root: Path, figures: dict) -> Path:
+    site = make_site(root, {path: publishing_lesson(f) for path, f in figures.items()})
+    (site / "docs" / "en" / "index.md").write_text(LANDING, encoding="utf-8")
+    return site
+
+
+def text_of(page: Path) -> str:
+    """A page's text, tags removed and whitespace collapsed."""
+    return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", page.read_text("utf-8"))))
+
+
+def text_of_html(markup: str) -> str:
+    """The text of a piece of HTML (Sphinx splits literals into one span per word)."""
+    return html.unescape(re.sub(r"<[^>]+>", "", markup))
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    """The small site, built once for the tests that read it (about 10 s)."""
+    site = small_site(tmp_path_factory.mktemp("front"), FIGURES)
+    result = sphinx_build(site)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return site
+
+
+def test_the_landing_page_shows_the_figures_its_lessons_published(built):
+    site = built
+    published = json.loads((site / "build/results/en/m03_3_speed.json").read_text("utf-8"))
+    assert published == FIGURES["m03_fixture/m03_3_speed.py"], "what the lesson published"
+    landing = text_of(site / "build/html/en/index.html")
+    for shown in ("2.50×", "AVX2 1.25×", "0.27×", "97.0% / 96.4%", "97.0% / 80.0% / 95.0%"):
+        assert shown in landing, f"{shown!r} is not on the landing page: {landing[:3000]}"
+    assert "8 cases" in landing and "Test CPU: oneDNN int8 path AVX2" in landing
+    for lesson in ("M02-3", "M03-3", "M04-1", "M04-3"):
+        assert f">{lesson}<" in (site / "build/html/en/index.html").read_text("utf-8"), (
+            f"the figures link to {lesson}"
+        )
+    # The module cards: one per module, in course order, each linking to the module's page.
+    cards = re.findall(r'href="(lessons/m0\d_fixture/index\.html)"', _html(site, "index"))
+    assert list(dict.fromkeys(cards)) == [
+        "lessons/m02_fixture/index.html",
+        "lessons/m03_fixture/index.html",
+        "lessons/m04_fixture/index.html",
+    ]
+
+
+def _html(site: Path, page: str) -> str:
+    return (site / "build" / "html" / "en" / f"{page}.html").read_text("utf-8")
+
+
+def test_a_figure_a_lesson_no_longer_publishes_fails_the_build_naming_it(tmp_path):
+    figures = {path: dict(f) for path, f in FIGURES.items()}
+    del figures["m03_fixture/m03_3_speed.py"]["size_ratio"]
+    result = sphinx_build(small_site(tmp_path, figures))
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output[-3000:]
+    assert "m03_3_speed.py published no size_ratio" in output, output[-3000:]
+
+
+def test_lesson_pages_say_what_built_them_and_link_a_report(built):
+    site = built
+    page = _html(site, "lessons/m04_fixture/m04_3_qat")
+    built = re.search(r'<p class="course-built-with">([^<]+)</p>', page)
+    assert built, "a built-with line on the lesson page"
+    from common.cpu import describe
+
+    versions = r"torch \S+, torchao 0\.18\.0, executorch \S+"
+    day = r"\d{4}-\d\d-\d\d"
+    assert re.search(rf"Built with {versions} · .+ · this lesson ran on {day}", built[1])
+    # The verdict ends with the thread count, which pytest-xdist's workers set to one.
+    cpu = html.unescape(built[1]).split(" · ")[1]
+    assert cpu.rsplit(";", 1)[0] == describe().verdict.rsplit(";", 1)[0], "the build's CPU"
+    report = re.search(r'<a class="course-report-link" href="([^"]+)"', page)
+    assert report, "a report link on the lesson page"
+    url = html.unescape(report[1])
+    assert url.startswith(f"{course_conf.COURSE_REPOSITORY}/issues/new?title=")
+    assert "A%20lesson%20that%20publishes" in url, "the issue is titled with the page's title"
+    address = f"{course_conf.SITE_URL}en/lessons/m04_fixture/m04_3_qat.html"
+    assert quote(address, safe="") in url, "and names its address"
+    needs = re.search(r'<p class="course-run-needs"[^>]*>(.+?)</p>', page, re.S)
+    assert needs and "pt2e-course @ git+" in text_of_html(needs[1]), "the line by the downloads"
+    # A module's page says it too, beside its zips.
+    assert re.search(r"<p class=\"course-run-needs\"", _html(site, "lessons/m04_fixture/index"))
+
+
+def run_needs_command(page: Path) -> str:
+    """The pip command the page's line beside its download buttons gives."""
+    needs = re.search(r'<p class="course-run-needs"[^>]*>(.+?)</p>', page.read_text("utf-8"), re.S)
+    assert needs, f"{page} says nothing beside its download buttons"
+    codes = [text_of_html(code) for code in re.findall(r"<code[^>]*>(.*?)</code>", needs[1], re.S)]
+    commands = [code for code in codes if code.startswith("pip install")]
+    assert len(commands) == 1, codes
+    return commands[0]
+
+
+@pytest.mark.xdist_group("site")
+def test_a_downloaded_lesson_runs_in_a_virtualenv_made_with_its_pages_command(site, tmp_path):
+    """A reader's machine: a fresh virtualenv, the page's one pip command, the downloaded .py.
+
+    There is no GitHub here, so the command installs from a clone of this repository's HEAD
+    (a committed state) instead of COURSE_REPOSITORY. Cost: 55 s on 2 idle cores (137 s at a
+    load average of 12), nearly all of it pip installing torch and the rest from local wheels.
+    """
+    lesson = "m00_1_getting_a_graph"
+    page = site / "en" / "lessons" / "m00_graphs" / f"{lesson}.html"
+    command = run_needs_command(page)
+    assert command == f'pip install "pt2e-course @ git+{course_conf.COURSE_REPOSITORY}"'
+    downloaded = sorted((site / "en" / "_downloads").glob(f"*/{lesson}.py"))
+    assert downloaded, f"the site offers no {lesson}.py"
+    script = shutil.copy(downloaded[0], tmp_path / f"{lesson}.py")
+
+    clone = tmp_path / "pt2e-course"
+    subprocess.run(["git", "clone", "-q", "--no-local", str(ROOT), str(clone)], check=True)
+    # A file URL with a host: pip 23's requirement parser refuses "git+file:///path".
+    command = command.replace(course_conf.COURSE_REPOSITORY, f"file://localhost{clone}")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    # Where the course is not installed the download stops at its first import (the failure
+    # the page's line is there to prevent; it also shows this test can fail).
+    bare = subprocess.run([python, script.name], cwd=tmp_path, capture_output=True, text=True)
+    assert bare.returncode != 0 and "ModuleNotFoundError" in bare.stderr, bare.stderr[-2000:]
+    # The page's command, run by the virtualenv's own pip (its first word is "pip").
+    pip = [python, "-m", *shlex.split(command)]
+    installed = subprocess.run([*pip, "-q"], capture_output=True, text=True)
+    assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
+
+    ran = subprocess.run([python, script.name], cwd=tmp_path, capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-3000:]

@@ -1,9 +1,11 @@
 """Shared fixtures and skips for the pt2e-course tests."""
 
 import copy
+import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -200,6 +202,68 @@ def _dedent(code: str) -> str:
     import textwrap
 
     return textwrap.dedent(code)
+
+
+# ------------------------------------------------------------------- a lesson as a reader runs it
+# `python lesson.py`, then the exercise solutions in the lesson's namespace, then a check that a
+# cap on the kernel path took (see common.cpu.isa_environment).
+READER_RUNNER = """
+import json, os, runpy, sys
+path, solutions, capped_at = json.load(sys.stdin)
+sys.argv, sys.path[0] = [path], os.path.dirname(path)
+namespace = runpy.run_path(path, run_name="__main__")
+for number, code in enumerate(solutions, 1):
+    exec(compile(code, f"{path} (solution {number})", "exec"), namespace)
+if capped_at:
+    from common.cpu import describe
+    assert describe().onednn == capped_at, f"not capped at {capped_at}: {describe().verdict}"
+"""
+
+# M00-1 runs outside the build as a page's download, in a virtualenv made with the page's pip
+# command only (test_front_door.py); the quickstart as its downloaded notebook (test_site.py);
+# every other lesson as a script (test_lessons.py). So each runs once beside the two builds.
+VIRTUALENV_LESSON = Path("m00_graphs/m00_1_getting_a_graph.py")
+
+
+def run_as_a_reader(
+    python: str, script: Path, folder: Path, *, env: dict, cap: str | None = None
+) -> subprocess.CompletedProcess:
+    """Run ``script`` and its exercise solutions in a fresh ``python``, from ``folder`` (an
+    unrelated one: the lesson must find common through the installed package), its pictures
+    written there as graph_NNN.svg. Asserts it succeeded, wrote nothing to stderr, and drew."""
+    env = {**env, **torch_threads(), "PT2E_COURSE_DRAW_DIR": str(folder)}
+    job = json.dumps([str(script), exercise_solutions(script), cap])
+    result = subprocess.run(
+        [python, "-c", READER_RUNNER],
+        input=job,
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    where = f"{script}" + (f" (kernels capped at {cap})" if cap else "")
+    assert result.returncode == 0, f"{where} failed:\n{result.stderr[-3000:]}"
+    assert result.stderr == "", f"{where} wrote to stderr:\n{result.stderr[-3000:]}"
+    assert list(folder.glob("graph_*.svg")), f"{where} drew no picture"
+    return result
+
+
+def assert_drew_the_sites_pictures(folder: Path, lang: str, relative: Path) -> None:
+    """The pictures a reader's run wrote into ``folder`` are, in order, those of the lesson's
+    page: a lesson's pictures depend on nothing but the lesson (not on the lessons the site
+    build ran before it in the same process, nor on the build being incremental). The run may
+    draw more (its solutions run after it)."""
+    drawn = sorted(folder.glob("graph_*.svg"))
+    pictures = ROOT / "docs" / lang / "lessons" / relative.parent / "images"
+    on_the_site = sorted(pictures.glob(f"sphx_glr_{relative.stem}_[0-9][0-9][0-9].svg"))
+    assert len(drawn) >= len(on_the_site), f"{relative} drew fewer pictures than its page shows"
+    differing = [
+        site_svg.name
+        for mine, site_svg in zip(drawn, on_the_site, strict=False)
+        if mine.read_bytes() != site_svg.read_bytes()
+    ]
+    assert not differing, f"run alone, {relative} drew other pictures than the site's {differing}"
 
 
 # ------------------------------------------------------------------------- the built site

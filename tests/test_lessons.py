@@ -1,26 +1,23 @@
 """Every lesson has a twin with identical code, and runs as a plain script in both languages."""
 
 import ast
-import json
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
-from common.cpu import isa_environment
 
 from conftest import (
     ALL_LESSONS,
     EXAMPLES,
     LANGUAGES,
     NOTEBOOK_LESSON,
-    ROOT,
+    VIRTUALENV_LESSON,
+    assert_drew_the_sites_pictures,
     exercise_solutions,
     lessons,
-    torch_threads,
+    run_as_a_reader,
 )
 
 
@@ -72,9 +69,7 @@ def test_parity_check_sees_code_changes(tmp_path):
 
 # A reader runs a lesson with `python lesson.py`. Each lesson runs so once, in one language (the
 # twins' code is identical, and so are their solutions): the Chinese one, whose output is the less
-# ASCII of the two. Its exercise solutions then run in its namespace, and the pictures it drew
-# must be the site's: a lesson's pictures depend on nothing but the lesson (not on the lessons
-# the site build ran before it in the same process, nor on the build being incremental).
+# ASCII of the two; then its solutions, and its pictures must be its page's.
 READER_LANGUAGE = "zh_TW"
 
 # The lessons whose numbers or prose depend on the CPU's int8 and float kernels. The site build
@@ -87,20 +82,6 @@ CPU_DEPENDENT = {
     "m04_accuracy/m04_2_fixing_it.py",
     "m04_accuracy/m04_3_qat.py",
 }
-
-# `python lesson.py`, then the solutions in the lesson's namespace, then a check that a cap on
-# the kernel path took.
-RUNNER = """
-import json, os, runpy, sys
-path, solutions, capped_at = json.load(sys.stdin)
-sys.argv, sys.path[0] = [path], os.path.dirname(path)
-namespace = runpy.run_path(path, run_name="__main__")
-for number, code in enumerate(solutions, 1):
-    exec(compile(code, f"{path} (solution {number})", "exec"), namespace)
-if capped_at:
-    from common.cpu import describe
-    assert describe().onednn == capped_at, f"not capped at {capped_at}: {describe().verdict}"
-"""
 
 
 def kernel_cap(relative: Path) -> str | None:
@@ -121,43 +102,16 @@ def test_every_cpu_dependent_lesson_exists():
     [
         pytest.param(r, marks=[pytest.mark.isa] if str(r) in CPU_DEPENDENT else [])
         for r in lessons(READER_LANGUAGE)
-        if r != NOTEBOOK_LESSON  # runs as a downloaded notebook instead (test_site.py)
+        if r not in (NOTEBOOK_LESSON, VIRTUALENV_LESSON)  # run elsewhere (see conftest.py)
     ],
     ids=str,
 )
 def test_lesson_runs_as_a_reader_runs_it_with_its_solutions(relative, tmp_path, site):
-    script = EXAMPLES / READER_LANGUAGE / relative
     cap = kernel_cap(relative)
-    env = {**os.environ, **torch_threads(), "PT2E_COURSE_DRAW_DIR": str(tmp_path)}
-    if cap:
-        env.update(isa_environment(cap))
-    job = json.dumps([str(script), exercise_solutions(script), cap])
-    # From an unrelated folder: the lesson must find common through the installed package.
-    result = subprocess.run(
-        [sys.executable, "-c", RUNNER],
-        input=job,
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    where = f"{script}" + (f" (kernels capped at {cap})" if cap else "")
-    assert result.returncode == 0, f"{where} failed:\n{result.stderr[-3000:]}"
-    assert result.stderr == "", f"{where} wrote to stderr:\n{result.stderr[-3000:]}"
-    drawn = sorted(tmp_path.glob("graph_*.svg"))
-    assert drawn, f"{script} drew no picture"
-    if cap:
-        return  # float kernels round differently under the cap: other qparams in the tooltips
-    pictures = ROOT / "docs" / READER_LANGUAGE / "lessons" / relative.parent / "images"
-    on_the_site = sorted(pictures.glob(f"sphx_glr_{relative.stem}_[0-9][0-9][0-9].svg"))
-    assert len(drawn) >= len(on_the_site), f"{script} drew fewer pictures than its page shows"
-    differing = [
-        site_svg.name
-        for mine, site_svg in zip(drawn, on_the_site, strict=False)
-        if mine.read_bytes() != site_svg.read_bytes()
-    ]
-    assert not differing, f"run alone, {script} drew other pictures than the site's {differing}"
+    script = EXAMPLES / READER_LANGUAGE / relative
+    run_as_a_reader(sys.executable, script, tmp_path, env=dict(os.environ), cap=cap)
+    if not cap:  # float kernels round differently under a cap: other qparams in the tooltips
+        assert_drew_the_sites_pictures(tmp_path, READER_LANGUAGE, relative)
 
 
 def glossary(lang: str) -> list[tuple[list[str], str]]:

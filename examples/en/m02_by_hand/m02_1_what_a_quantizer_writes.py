@@ -35,6 +35,7 @@ import dataclasses
 
 import torch
 
+from common.charts import pad
 from common.models import example_inputs, get_model
 from common.pt2e import calibrate, export_module, quiet, x86_quantizer
 from common.viz import draw
@@ -242,7 +243,7 @@ separate_run = prepare_pt2e(export_module(get_model("small_cnn"), x), NoImplicit
 for label, prepared in [("default", shared_run), ("off at the pool", separate_run)]:
     calls = observer_calls(prepared)
     distinct = {id(prepared.get_submodule(n.target)) for n in calls}
-    print(f"{label:16} {len(calls)} observer calls, {len(distinct)} distinct observers")
+    print(f"{pad(label, 16)} {len(calls)} observer calls, {len(distinct)} distinct observers")
 assert all(a.allow_implicit_sharing for a in ours.values()), "True unless a quantizer says no"
 assert len(observer_calls(separate_run)) == len(observer_calls(shared_run)) + 1, (
     "without implicit sharing, relu → max_pool2d gets its own observer"

@@ -34,6 +34,7 @@ import dataclasses
 
 import torch
 
+from common.charts import pad
 from common.models import example_inputs, get_model
 from common.pt2e import calibrate, export_module, quiet, x86_quantizer
 from common.viz import draw
@@ -234,7 +235,7 @@ separate_run = prepare_pt2e(export_module(get_model("small_cnn"), x), NoImplicit
 for label, prepared in [("預設", shared_run), ("在 pool 上關掉", separate_run)]:
     calls = observer_calls(prepared)
     distinct = {id(prepared.get_submodule(n.target)) for n in calls}
-    print(f"{label:16} {len(calls)} 次 observer 呼叫，{len(distinct)} 個不同的 observer")
+    print(f"{pad(label, 16)} {len(calls)} 次 observer 呼叫，{len(distinct)} 個不同的 observer")
 assert all(a.allow_implicit_sharing for a in ours.values()), "除非 quantizer 關掉，否則都是 True"
 assert len(observer_calls(separate_run)) == len(observer_calls(shared_run)) + 1, (
     "沒有隱式共用時，relu → max_pool2d 有自己的 observer"

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from common.charts import display_width, pad
 from common.cpu import describe
 
 __all__ = ["Timing", "Timings", "compare_speed", "timing_threads"]
@@ -77,13 +78,13 @@ class Timings:
 
     def table(self) -> str:
         """A plain-text table: median, p10–p90 and spread per model, then the header."""
-        width = max((len(label) for label in self.times), default=5)
+        width = max((display_width(label) for label in self.times), default=5)
         ranges = {label: f"{t.low:.3f}–{t.high:.3f}" for label, t in self.times.items()}
         span = max((len(r) for r in ranges.values()), default=10)
         lines = [f"{'':{width}}  {'median ms':>10}  {'p10–p90 ms':>{span}}  spread"]
         for label, t in self.times.items():
             lines.append(
-                f"{label:{width}}  {t.median:10.3f}  {ranges[label]:>{span}}  {t.spread:6.0%}"
+                f"{pad(label, width)}  {t.median:10.3f}  {ranges[label]:>{span}}  {t.spread:6.0%}"
             )
         return "\n".join([*lines, self.header()])
 

@@ -497,6 +497,29 @@ def test_the_font_is_set_in_one_place_for_the_course():
             assert "use_course_style()" in code, f"{path.name} charts without use_course_style()"
 
 
+@pytest.mark.parametrize(
+    ("text", "width"),
+    [("recipe", 6), ("配方", 4), ("x86 預設設定", 12), ("int8 q/dq（模擬）", 17), ("2.83×", 5)],
+)
+def test_display_width_counts_two_columns_per_chinese_character(text, width):
+    from common.charts import display_width
+
+    assert display_width(text) == width
+
+
+def test_pad_lines_up_chinese_and_ascii_cells_by_columns():
+    from common.charts import display_width, pad
+
+    assert pad("配方", 8) == "配方    " and pad("配方", 8, align=">") == "    配方"
+    labels = ["便宜的配方", "HistogramObserver", "x86 預設設定 + reduce_range"]
+    left = [pad(label, 30) + "|" for label in labels]
+    assert {display_width(line) for line in left} == {31}
+    assert left[1] == f"{labels[1]:<30}|" and pad(labels[1], 30, align=">") == f"{labels[1]:>30}"
+    assert pad("便宜的配方", 4) == "便宜的配方", "a cell wider than its column is not cut"
+    with pytest.raises(ValueError, match="align must be '<' or '>'"):
+        pad("配方", 8, align="^")
+
+
 # --------------------------------------------------------------- common.cpu and common.timing
 
 

@@ -35,6 +35,7 @@ import dataclasses
 
 import torch
 
+from common.charts import pad
 from common.models import example_inputs, get_model
 from common.pt2e import calibrate, export_module, quiet, x86_quantizer
 from common.viz import draw
@@ -127,7 +128,7 @@ class NoImplicitSharingAtPool(CourseQuantizer):
 quantizer = CourseQuantizer()
 quantizer.annotate(gm)
 ours = notes(gm)
-print("annotated nodes:", list(ours))
+print(f"annotated nodes: {list(ours)}")
 assert gm.code == code_before, "annotate only writes node.meta; the code stays the same"
 assert list(ours) == ["conv2d", "relu", "max_pool2d", "flatten", "linear"], (
     "five nodes carry a note"
@@ -235,13 +236,14 @@ assert ours["max_pool2d"].output_qspec.edge_or_node[0].name == "relu", (
 # Switched off on the max pool, its input edge gets an observer of its own: one more observer
 # call, one more observer.
 
-print("allow_implicit_sharing:", {name: a.allow_implicit_sharing for name, a in ours.items()})
+sharing = {name: a.allow_implicit_sharing for name, a in ours.items()}
+print(f"allow_implicit_sharing: {sharing}")
 shared_run = prepare_pt2e(export_module(get_model("small_cnn"), x), CourseQuantizer())
 separate_run = prepare_pt2e(export_module(get_model("small_cnn"), x), NoImplicitSharingAtPool())
 for label, prepared in [("default", shared_run), ("off at the pool", separate_run)]:
     calls = observer_calls(prepared)
     distinct = {id(prepared.get_submodule(n.target)) for n in calls}
-    print(f"{label:16} {len(calls)} observer calls, {len(distinct)} distinct observers")
+    print(f"{pad(label, 16)} {len(calls)} observer calls, {len(distinct)} distinct observers")
 assert all(a.allow_implicit_sharing for a in ours.values()), "True unless a quantizer says no"
 assert len(observer_calls(separate_run)) == len(observer_calls(shared_run)) + 1, (
     "without implicit sharing, relu → max_pool2d gets its own observer"

@@ -80,7 +80,7 @@ expected_w, expected_b = fuse_conv_bn_weights(
 )
 before = copy.deepcopy(gm)
 handmade.fold_batch_norm(gm)
-print("nodes now:", [n.name for n in gm.graph.nodes if n.op == "call_function"])
+print(f"nodes now: {[n.name for n in gm.graph.nodes if n.op == 'call_function']}")
 assert torch.equal(gm.conv.weight, expected_w) and torch.equal(gm.conv.bias, expected_b), (
     "the conv holds fuse_conv_bn_weights' pair"
 )

@@ -91,7 +91,7 @@ observer_node = nodes["activation_post_process_0"]
 observer = gm.get_submodule(observer_node.target)
 scale, zero_point = observer.calculate_qparams()
 qparams = (float(scale), int(zero_point), observer.quant_min, observer.quant_max, observer.dtype)
-print("observer:", observer.dtype, f"[{observer.quant_min}, {observer.quant_max}]")
+print(f"observer: {observer.dtype} [{observer.quant_min}, {observer.quant_max}]")
 with graph.inserting_before(observer_node):
     q = graph.call_function(qd.quantize_per_tensor.default, (nodes["x"], *qparams))
     dq = graph.call_function(qd.dequantize_per_tensor.default, (q, *qparams))
@@ -154,7 +154,7 @@ qdq = [n.name for n in gm.graph.nodes if "quantize_per" in str(n.target)]
 draw_diff(calibrated, gm, title="Steps 1–3: every observer is now quantize → dequantize")
 quantizes = gm.graph.find_nodes(op="call_function", target=qd.quantize_per_tensor.default)
 numbers = Counter(q.args[1:3] for q in quantizes)
-print("per-tensor (scale, zero point) -> quantize nodes:", dict(numbers))
+print(f"per-tensor (scale, zero point) -> quantize nodes: {dict(numbers)}")
 assert not any(handmade.is_observer_node(gm, n) for n in gm.graph.nodes if n.op == "call_module"), (
     "no observer is left"
 )
@@ -177,14 +177,14 @@ for node in list(side.graph.nodes):
         handmade.replace_observer(side, node, side_scopes)
 dq_op = qd.dequantize_per_tensor.default
 shared = [n for n in side.graph.find_nodes(op="call_function", target=dq_op) if len(n.users) > 1]
-print("shared:", [(n.name, [u.name for u in n.users]) for n in shared])
+print(f"shared: {[(n.name, [u.name for u in n.users]) for n in shared]}")
 q_x = shared[0].args[0]
 side_before = copy.deepcopy(side)
 handmade.duplicate_shared_dequantize(side)
 copies = [
     n.name for n in side.graph.find_nodes(op="call_function", target=dq_op) if n.args[0] is q_x
 ]
-print("after:", copies)
+print(f"after: {copies}")
 draw_diff(side_before, side, title="Step 4: one dequantize per conv")
 assert len(shared) == 1 and len(copies) == 2, "one dequantize with two users became two"
 convs = side.graph.find_nodes(op="call_function", target=torch.ops.aten.conv2d.default)
@@ -196,7 +196,7 @@ assert sorted(conv.args[0].name for conv in convs) == sorted(copies), "each conv
 before = gm.code
 handmade.duplicate_shared_dequantize(gm)
 assert gm.code == before, "no dequantize of small_cnn has two users"
-print("unchanged:", gm.code == before)
+print(f"unchanged: {gm.code == before}")
 
 # %%
 # Step 5 — Quantize the weights ahead of time
@@ -248,7 +248,7 @@ assert call_functions(gm) == call_functions(reference), "the same ops, as many t
 assert gm.code == reference.code, "the same graph as convert_pt2e"
 assert torch.equal(gm(*fresh), reference(*fresh)), "bit-exact with convert_pt2e"
 print(call_functions(gm))
-print("torch.equal(ours, convert_pt2e):", torch.equal(gm(*fresh), reference(*fresh)))
+print(f"torch.equal(ours, convert_pt2e): {torch.equal(gm(*fresh), reference(*fresh))}")
 
 # %%
 # And the packaged version, ``common.handmade.convert``, agrees as well:
@@ -256,7 +256,7 @@ print("torch.equal(ours, convert_pt2e):", torch.equal(gm(*fresh), reference(*fre
 packaged = handmade.prepare(export_module(get_model("small_cnn"), x), CourseQuantizer())
 calibrate(packaged)
 same = torch.equal(handmade.convert(packaged)(*fresh), reference(*fresh))
-print("torch.equal(handmade.convert, convert_pt2e):", same)
+print(f"torch.equal(handmade.convert, convert_pt2e): {same}")
 assert same, "handmade.convert is bit-exact with convert_pt2e"
 
 # %%

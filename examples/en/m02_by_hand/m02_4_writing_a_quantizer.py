@@ -222,7 +222,7 @@ class Step4Quantizer(Step3Quantizer):
 step4 = prepared_by(handmade.prepare, Step4Quantizer())
 add = next(iter(step4.graph.find_nodes(op="call_function", target=aten.add.Tensor)))
 add_observers = {id(step4.get_submodule(n.target)) for n in [*add.args[:2], *add.users]}
-print("distinct observers around add:", len(add_observers))
+print(f"distinct observers around add: {len(add_observers)}")
 draw(step4, highlight=[add.name], title="Step 4: add shares one observer")
 assert len(add_observers) == 1, "both inputs and the output of add share one observer"
 
@@ -348,7 +348,7 @@ int32 = [
     for k, v in converted.state_dict().items()
     if v.dtype == torch.int32 and v.ndim == 1 and "zero_point" not in k
 ]
-print("int32 constants (the folded biases):", int32)
+print(f"int32 constants (the folded biases): {int32}")
 assert len(int32) == 4, "the four conv biases are int32 constants"
 
 # %%

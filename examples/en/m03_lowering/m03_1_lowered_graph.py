@@ -101,8 +101,8 @@ lowered = lower_pt2e_quantized_to_x86(simulated, x)
 onednn_ops = [n.name for n in lowered.graph.nodes if "onednn" in str(n.target)]
 draw(lowered, highlight=onednn_ops, title="After: lowered to oneDNN int8 ops")
 before, after = ops(simulated), ops(lowered)
-print("before:", dict(before))
-print("after: ", dict(after))
+print(f"before: {dict(before)}")
+print(f"after:  {dict(after)}")
 assert (
     after["onednn.qconv_pointwise.default"] == 1 and after["onednn.qlinear_pointwise.default"] == 1
 )
@@ -192,7 +192,7 @@ torch._dynamo.reset()
 # The fix: make each ``view`` a ``reshape``, which returns the same values and copies only
 # when a view is impossible (``common.lowering.reshape_views``, five lines). Now it runs.
 
-print("changed:", reshape_views(lowered))
+print(f"changed: {reshape_views(lowered)}")
 y_int8, y_simulated = lowered(*x), simulated(*x)
 print("output", tuple(y_int8.shape), y_int8.dtype)
 assert y_int8.shape == y_simulated.shape

@@ -177,7 +177,7 @@ def same_constants(a, b) -> bool:
 lowering.reshape_views(gm)
 lowering.reshape_views(reference)
 fresh = example_inputs(8, seed=123)
-print("ops equal:", ops(gm) == ops(reference), "| constants:", sorted(gm.state_dict()))
+print(f"ops equal: {ops(gm) == ops(reference)} | constants: {sorted(gm.state_dict())}")
 assert ops(gm) == ops(reference), "the same multiset of operators"
 assert same_constants(gm, reference), "the same constants, prepacked weights included"
 assert torch.equal(gm(*fresh), reference(*fresh)), "bit-exact with lower_pt2e_quantized_to_x86"

@@ -47,7 +47,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import torch
 
-from common.charts import use_course_style
+from common.charts import pad, use_course_style
 from common.cpu import describe, run_under_isa
 from common.data import accuracy, digits, export_digits_model, train_digits_cnn
 from common.numerics import fold_batch_norm, record, sqnr
@@ -246,7 +246,7 @@ print(f"{'recipe':<28}{'accuracy':>9}{'weights':>10}{'activation':>12}")
 for key, int8_model in rows.items():
     results[key] = (accuracy(int8_model), *worst_channels(int8_model, float_outputs))
     correct, weights, activation = results[key]
-    print(f"{LABELS[key]:<28}{correct:>9.1%}{weights:>7.1f} dB{activation:>9.1f} dB")
+    print(f"{pad(LABELS[key], 28)}{correct:>9.1%}{weights:>7.1f} dB{activation:>9.1f} dB")
 
 # %%
 # Read the table as a diagnosis. Per-channel weights, or the culprit left in float, repair the

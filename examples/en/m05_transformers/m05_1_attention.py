@@ -200,10 +200,8 @@ assert "blocks.0.attn.out_proj" not in modules and "blocks.0.attn" in modules
 
 ops = x86_inductor_quantizer
 print(
-    "matmul by default:",
-    aten.matmul.default in ops.default_quantizable_ops,
-    "| on request:",
-    aten.matmul.default in ops.quantizable_ops,
+    f"matmul by default: {aten.matmul.default in ops.default_quantizable_ops}"
+    f" | on request: {aten.matmul.default in ops.quantizable_ops}"
 )
 assert aten.matmul.default not in ops.default_quantizable_ops
 assert aten.matmul.default in ops.quantizable_ops

@@ -169,7 +169,7 @@ assert describe_spec(list(xnn["conv2d"][0].values())[1]) == "int8[-127,127] symm
 # ``xnnpack_quantizer_utils.py`` does it for a list of such ops).
 
 shared = [name for name, (_, output) in xnn.items() if describe_spec(output) == "shared"]
-print("XNNPACK shares its input's scale at:", shared)
+print(f"XNNPACK shares its input's scale at: {shared}")
 assert shared == ["max_pool2d", "adaptive_avg_pool2d", "flatten"], "pools and the flatten"
 
 # %%
@@ -197,7 +197,7 @@ x86_model, xnn_model = converted(x86_quantizer()), converted(xnnpack_quantizer()
 draw(x86_model, highlight=quantize_nodes(x86_model), title="X86InductorQuantizer, converted")
 draw(xnn_model, highlight=quantize_nodes(xnn_model), title="XNNPACKQuantizer, converted")
 counts = {"x86": len(quantize_nodes(x86_model)), "XNNPACK": len(quantize_nodes(xnn_model))}
-print("quantize nodes:", counts)
+print(f"quantize nodes: {counts}")
 assert counts["XNNPACK"] > counts["x86"], "XNNPACK quantizes more edges"
 
 # %%
@@ -226,7 +226,7 @@ quantized_ops = sorted(
     for n in dynamic.graph.find_nodes(op="call_function", target=qd.dequantize_per_tensor.tensor)
     for user in n.users
 )
-print("dynamically quantized inputs of:", quantized_ops)
+print(f"dynamically quantized inputs of: {quantized_ops}")
 assert quantized_ops == ["conv2d_1", "linear"], "the linear and the conv without relu"
 assert not dynamic.graph.find_nodes(op="call_function", target=qd.quantize_per_tensor.default)
 
@@ -243,7 +243,7 @@ calibrate(ours)
 ours = handmade.convert(ours)
 assert ours.code == xnn_model.code, "the same converted graph"
 assert torch.equal(ours(*x), xnn_model(*x)), "bit-identical outputs"
-print("handmade == torchao under XNNPACKQuantizer:", torch.equal(ours(*x), xnn_model(*x)))
+print(f"handmade == torchao under XNNPACKQuantizer: {torch.equal(ours(*x), xnn_model(*x))}")
 
 # %%
 # Summary

@@ -213,7 +213,7 @@ assert delegated(mine.exported_program()) == delegated(lowered), "the same deleg
 
 y_mine = run(mine.to_executorch(), x)
 assert torch.equal(y_mine, y), "CoursePartitioner's program gives XnnpackPartitioner's output"
-print("equal:", torch.equal(y_mine, y))
+print(f"equal: {torch.equal(y_mine, y)}")
 
 # %%
 # Step 6 — What it does not know, it refuses

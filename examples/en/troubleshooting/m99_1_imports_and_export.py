@@ -169,7 +169,7 @@ def quantized(program) -> torch.fx.GraphModule:
 
 
 silent = quantized(torch.export.export(FunctionalConv(), x))
-print("quantize nodes after non-strict export:", quantize_nodes(silent))
+print(f"quantize nodes after non-strict export: {quantize_nodes(silent)}")
 assert quantize_nodes(silent) == 0, "nothing got quantized, and nothing was raised"
 
 # %%

@@ -214,7 +214,7 @@ with expect_error(KeyError, match="conv2d"):
 
 shared = prepare_pt2e(export_module(get_model("conv_relu"), x), SharesWithConv(annotate_conv=True))
 observers = dict(shared.named_modules(remove_duplicate=False))
-print("observer names:", [n for n in observers if n.startswith("activation_post_process")])
+print(f"observer names: {[n for n in observers if n.startswith('activation_post_process')]}")
 assert len({id(m) for n, m in observers.items() if n.startswith("activation_post_process")}) == 2
 
 # %%
@@ -228,13 +228,13 @@ uncalibrated = prepare_pt2e(export_module(get_model("small_cnn"), x), x86_quanti
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     garbage = convert_pt2e(uncalibrated)
-print("warning:", str(caught[0].message).split(".")[0])
+print(f"warning: {str(caught[0].message).split('.')[0]}")
 scales = {
     n.args[1]
     for n in garbage.graph.nodes
     if n.target == torch.ops.quantized_decomposed.quantize_per_tensor.default
 }
-print("activation scales:", scales)
+print(f"activation scales: {scales}")
 assert "must run observer before calling calculate_qparams" in str(caught[0].message)
 assert scales == {1.0}, "the default scale, not one measured from data"
 

@@ -82,7 +82,7 @@ assert inductor_config.freezing is False, "freezing is off unless you turn it on
 lowered = lower_pt2e_quantized_to_x86(simulated, x)
 reshape_views(lowered)
 int8_ops = [n.name for n in lowered.graph.nodes if "onednn" in str(n.target)]
-print("int8 kernels:", int8_ops)
+print(f"int8 kernels: {int8_ops}")
 assert len(int8_ops) == 2, "the conv and the linear now run as oneDNN int8 kernels"
 print(
     compare_speed(
@@ -115,7 +115,7 @@ assert len(views) == 1
 # (``common.lowering.reshape_views``); the values are the same. Explained in
 # :ref:`M03-1 · The lowered graph <sphx_glr_lessons_m03_lowering_m03_1_lowered_graph.py>`.
 
-print("changed:", reshape_views(failing))
+print(f"changed: {reshape_views(failing)}")
 assert torch.equal(failing(*x), lowered(*x)), "the fixed graph runs, and gives the same values"
 
 # %%
@@ -137,7 +137,7 @@ def linears(gm) -> dict[str, bool]:
     }
 
 
-print("int8 weight per linear:", linears(encoder))
+print(f"int8 weight per linear: {linears(encoder)}")
 assert list(linears(encoder).values()) == [False, False, True, True], "attention's stay float"
 
 # %%
@@ -172,7 +172,7 @@ class Attention(nn.Module):
 
 
 attention = quantize(Attention().eval(), tokens)
-print("int8 weight per linear:", linears(attention))
+print(f"int8 weight per linear: {linears(attention)}")
 assert all(linears(attention).values()) and len(linears(attention)) == 4
 
 # %%

@@ -204,12 +204,12 @@ def under_isa(isa: str, source: str) -> dict:
 avx2 = under_isa("AVX2", AGREEMENT)
 here = {}
 exec(AGREEMENT, here)
-print("this CPU:", describe().verdict)
+print(f"this CPU: {describe().verdict}")
 for path, diffs in (("AVX2, no VNNI", avx2["result"]), ("this CPU", here["result"])):
-    print(f"{path:14} largest |lowered - simulated|:", {k: f"{v:.4f}" for k, v in diffs.items()})
-print(
-    "on this CPU:", "no saturation (VNNI)" if describe().vnni else "saturation possible (no VNNI)"
-)
+    largest = {k: f"{v:.4f}" for k, v in diffs.items()}
+    print(f"{path:14} largest |lowered - simulated|: {largest}")
+saturation = "no saturation (VNNI)" if describe().vnni else "saturation possible (no VNNI)"
+print(f"on this CPU: {saturation}")
 assert avx2["result"]["8-bit"] > 10 * avx2["result"]["7-bit (reduce_range)"], "AVX2 saturates"
 if describe().vnni:
     assert here["result"]["8-bit"] < 0.01, "with VNNI: rounding only"

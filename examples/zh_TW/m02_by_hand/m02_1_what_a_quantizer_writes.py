@@ -34,6 +34,7 @@ import dataclasses
 
 import torch
 
+from common.charts import pad
 from common.models import example_inputs, get_model
 from common.pt2e import calibrate, export_module, quiet, x86_quantizer
 from common.viz import draw
@@ -124,7 +125,7 @@ class NoImplicitSharingAtPool(CourseQuantizer):
 quantizer = CourseQuantizer()
 quantizer.annotate(gm)
 ours = notes(gm)
-print("有標註的 node：", list(ours))
+print(f"有標註的 node：{list(ours)}")
 assert gm.code == code_before, "annotate 只寫 node.meta，程式碼不變"
 assert list(ours) == ["conv2d", "relu", "max_pool2d", "flatten", "linear"], "五個 node 有便條"
 draw(gm, highlight=list(ours), title="步驟 1：CourseQuantizer 標註的 node")
@@ -227,13 +228,14 @@ assert ours["max_pool2d"].output_qspec.edge_or_node[0].name == "relu", "pool 指
 # 讓它們共用一個 observer，這就是「隱式共用」（M02-2 步驟 3）。在 max pool 上關掉它，
 # pool 的輸入邊就有自己的 observer：多一次 observer 呼叫，也多一個 observer。
 
-print("allow_implicit_sharing：", {name: a.allow_implicit_sharing for name, a in ours.items()})
+sharing = {name: a.allow_implicit_sharing for name, a in ours.items()}
+print(f"allow_implicit_sharing：{sharing}")
 shared_run = prepare_pt2e(export_module(get_model("small_cnn"), x), CourseQuantizer())
 separate_run = prepare_pt2e(export_module(get_model("small_cnn"), x), NoImplicitSharingAtPool())
 for label, prepared in [("預設", shared_run), ("在 pool 上關掉", separate_run)]:
     calls = observer_calls(prepared)
     distinct = {id(prepared.get_submodule(n.target)) for n in calls}
-    print(f"{label:16} {len(calls)} 次 observer 呼叫，{len(distinct)} 個不同的 observer")
+    print(f"{pad(label, 16)} {len(calls)} 次 observer 呼叫，{len(distinct)} 個不同的 observer")
 assert all(a.allow_implicit_sharing for a in ours.values()), "除非 quantizer 關掉，否則都是 True"
 assert len(observer_calls(separate_run)) == len(observer_calls(shared_run)) + 1, (
     "沒有隱式共用時，relu → max_pool2d 有自己的 observer"

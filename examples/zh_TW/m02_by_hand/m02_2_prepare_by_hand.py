@@ -79,7 +79,7 @@ expected_w, expected_b = fuse_conv_bn_weights(
 )
 before = copy.deepcopy(gm)
 handmade.fold_batch_norm(gm)
-print("現在的 node：", [n.name for n in gm.graph.nodes if n.op == "call_function"])
+print(f"現在的 node：{[n.name for n in gm.graph.nodes if n.op == 'call_function']}")
 assert torch.equal(gm.conv.weight, expected_w) and torch.equal(gm.conv.bias, expected_b), (
     "conv 存的就是 fuse_conv_bn_weights 算出的 weight 和 bias"
 )

@@ -89,7 +89,7 @@ observer_node = nodes["activation_post_process_0"]
 observer = gm.get_submodule(observer_node.target)
 scale, zero_point = observer.calculate_qparams()
 qparams = (float(scale), int(zero_point), observer.quant_min, observer.quant_max, observer.dtype)
-print("observer：", observer.dtype, f"[{observer.quant_min}, {observer.quant_max}]")
+print(f"observer：{observer.dtype} [{observer.quant_min}, {observer.quant_max}]")
 with graph.inserting_before(observer_node):
     q = graph.call_function(qd.quantize_per_tensor.default, (nodes["x"], *qparams))
     dq = graph.call_function(qd.dequantize_per_tensor.default, (q, *qparams))
@@ -150,7 +150,7 @@ qdq = [n.name for n in gm.graph.nodes if "quantize_per" in str(n.target)]
 draw_diff(calibrated, gm, title="步驟 1～3：每個 observer 都變成 quantize → dequantize")
 quantizes = gm.graph.find_nodes(op="call_function", target=qd.quantize_per_tensor.default)
 numbers = Counter(q.args[1:3] for q in quantizes)
-print("逐張量的 (scale, zero point) → quantize node 個數：", dict(numbers))
+print(f"逐張量的 (scale, zero point) → quantize node 個數：{dict(numbers)}")
 assert not any(handmade.is_observer_node(gm, n) for n in gm.graph.nodes if n.op == "call_module"), (
     "沒有 observer 了"
 )
@@ -173,14 +173,14 @@ for node in list(side.graph.nodes):
         handmade.replace_observer(side, node, side_scopes)
 dq_op = qd.dequantize_per_tensor.default
 shared = [n for n in side.graph.find_nodes(op="call_function", target=dq_op) if len(n.users) > 1]
-print("共用的：", [(n.name, [u.name for u in n.users]) for n in shared])
+print(f"共用的：{[(n.name, [u.name for u in n.users]) for n in shared]}")
 q_x = shared[0].args[0]
 side_before = copy.deepcopy(side)
 handmade.duplicate_shared_dequantize(side)
 copies = [
     n.name for n in side.graph.find_nodes(op="call_function", target=dq_op) if n.args[0] is q_x
 ]
-print("之後：", copies)
+print(f"之後：{copies}")
 draw_diff(side_before, side, title="步驟 4：每個 conv 各有一個 dequantize")
 assert len(shared) == 1 and len(copies) == 2, "一個有兩個 user 的 dequantize 變成兩個"
 convs = side.graph.find_nodes(op="call_function", target=torch.ops.aten.conv2d.default)
@@ -192,7 +192,7 @@ assert sorted(conv.args[0].name for conv in convs) == sorted(copies), "每個 co
 before = gm.code
 handmade.duplicate_shared_dequantize(gm)
 assert gm.code == before, "small_cnn 沒有任何 dequantize 有兩個 user"
-print("沒有改變：", gm.code == before)
+print(f"沒有改變：{gm.code == before}")
 
 # %%
 # 步驟 5 — 預先量化 weight
@@ -242,7 +242,7 @@ assert call_functions(gm) == call_functions(reference), "相同的運算，次�
 assert gm.code == reference.code, "和 convert_pt2e 的圖相同"
 assert torch.equal(gm(*fresh), reference(*fresh)), "和 convert_pt2e 逐位元相同"
 print(call_functions(gm))
-print("torch.equal(gm, convert_pt2e)：", torch.equal(gm(*fresh), reference(*fresh)))
+print(f"torch.equal(gm, convert_pt2e)：{torch.equal(gm(*fresh), reference(*fresh))}")
 
 # %%
 # 包裝好的 ``common.handmade.convert`` 也一樣：
@@ -250,7 +250,7 @@ print("torch.equal(gm, convert_pt2e)：", torch.equal(gm(*fresh), reference(*fre
 packaged = handmade.prepare(export_module(get_model("small_cnn"), x), CourseQuantizer())
 calibrate(packaged)
 same = torch.equal(handmade.convert(packaged)(*fresh), reference(*fresh))
-print("torch.equal(handmade.convert, convert_pt2e)：", same)
+print(f"torch.equal(handmade.convert, convert_pt2e)：{same}")
 assert same, "handmade.convert 和 convert_pt2e 逐位元相同"
 
 # %%

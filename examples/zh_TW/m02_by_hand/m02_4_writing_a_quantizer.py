@@ -219,7 +219,7 @@ class Step4Quantizer(Step3Quantizer):
 step4 = prepared_by(handmade.prepare, Step4Quantizer())
 add = next(iter(step4.graph.find_nodes(op="call_function", target=aten.add.Tensor)))
 add_observers = {id(step4.get_submodule(n.target)) for n in [*add.args[:2], *add.users]}
-print("add 周圍不同的 observer 數：", len(add_observers))
+print(f"add 周圍不同的 observer 數：{len(add_observers)}")
 draw(step4, highlight=[add.name], title="步驟 4：add 共用一個 observer")
 assert len(add_observers) == 1, "add 的兩個輸入和輸出共用一個 observer"
 
@@ -345,7 +345,7 @@ int32 = [
     for k, v in converted.state_dict().items()
     if v.dtype == torch.int32 and v.ndim == 1 and "zero_point" not in k
 ]
-print("int32 常數（事先量化的 bias）：", int32)
+print(f"int32 常數（事先量化的 bias）：{int32}")
 assert len(int32) == 4, "四個 conv 的 bias 都是 int32 常數"
 
 # %%

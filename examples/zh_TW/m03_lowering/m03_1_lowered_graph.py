@@ -99,8 +99,8 @@ lowered = lower_pt2e_quantized_to_x86(simulated, x)
 onednn_ops = [n.name for n in lowered.graph.nodes if "onednn" in str(n.target)]
 draw(lowered, highlight=onednn_ops, title="之後：下放到 oneDNN 的 int8 運算")
 before, after = ops(simulated), ops(lowered)
-print("之前：", dict(before))
-print("之後：", dict(after))
+print(f"之前：{dict(before)}")
+print(f"之後：{dict(after)}")
 assert (
     after["onednn.qconv_pointwise.default"] == 1 and after["onednn.qlinear_pointwise.default"] == 1
 )
@@ -192,7 +192,7 @@ torch._dynamo.reset()
 # 修正方法：把每個 ``view`` 換成 ``reshape`` ，它回傳相同的數值，只在無法用 view 時才複製
 # （ ``common.lowering.reshape_views`` ，五行程式碼）。現在可以執行了。
 
-print("改了：", reshape_views(lowered))
+print(f"改了：{reshape_views(lowered)}")
 y_int8, y_simulated = lowered(*x), simulated(*x)
 print("輸出", tuple(y_int8.shape), y_int8.dtype)
 assert y_int8.shape == y_simulated.shape

@@ -176,7 +176,7 @@ def same_constants(a, b) -> bool:
 lowering.reshape_views(gm)
 lowering.reshape_views(reference)
 fresh = example_inputs(8, seed=123)
-print("運算相同：", ops(gm) == ops(reference), "｜常數：", sorted(gm.state_dict()))
+print(f"運算相同：{ops(gm) == ops(reference)}｜常數：{sorted(gm.state_dict())}")
 assert ops(gm) == ops(reference), "運算的多重集合相同"
 assert same_constants(gm, reference), "常數相同，包括預先打包的 weight"
 assert torch.equal(gm(*fresh), reference(*fresh)), "和 lower_pt2e_quantized_to_x86 逐位元相同"

@@ -208,10 +208,10 @@ for isa in weaker_paths():
     other = run_under_isa(isa, EAGER_STEP)
     found = other["result"]
     rows[other["cpu"]["onednn"]] = (Timing(**found["fp32"]), Timing(**found["int8"]), found["load"])
-print("int8 路徑          fp32 eager 毫秒（離散）  int8 lowering 後毫秒（離散）  加速  負載")
+print("int8 路徑           fp32 eager 毫秒（離散）  int8 lowering 後毫秒（離散）      加速  負載")
 for path, (fp32, int8, load) in rows.items():
     print(
-        f"{path:18} {fp32.median:15.2f} ({fp32.spread:4.0%}) {int8.median:17.2f}"
+        f"{path:18} {fp32.median:17.2f} ({fp32.spread:4.0%}) {int8.median:22.2f}"
         f" ({int8.spread:4.0%}) {fp32.median / int8.median:8.2f}× {load:5.2f}"
     )
 # sphinx_gallery_start_ignore

@@ -42,7 +42,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import torch
 
-from common.charts import use_course_style
+from common.charts import pad, use_course_style
 from common.cpu import describe, run_under_isa
 from common.data import accuracy, digits, export_digits_model, train_digits_cnn
 from common.numerics import fold_batch_norm, record, sqnr
@@ -232,11 +232,11 @@ rows = {
     ),
 }
 results = {}
-print(f"{'配方':<26}{'準確度':>8}{'weight':>10}{'活化值':>10}")
+print(f"{'配方':<26}{'準確度':>6}{'weight':>10}{'活化值':>9}")
 for key, int8_model in rows.items():
     results[key] = (accuracy(int8_model), *worst_channels(int8_model, float_outputs))
     correct, weights, activation = results[key]
-    print(f"{LABELS[key]:<28}{correct:>9.1%}{weights:>7.1f} dB{activation:>9.1f} dB")
+    print(f"{pad(LABELS[key], 28)}{correct:>9.1%}{weights:>7.1f} dB{activation:>9.1f} dB")
 
 # %%
 # 把表格當成診斷來讀。改用 per-channel weight，或把元凶留在浮點，修好了 weight 的誤差，

@@ -197,10 +197,8 @@ assert "blocks.0.attn.out_proj" not in modules and "blocks.0.attn" in modules
 
 ops = x86_inductor_quantizer
 print(
-    "matmul 預設量化：",
-    aten.matmul.default in ops.default_quantizable_ops,
-    "｜指定時：",
-    aten.matmul.default in ops.quantizable_ops,
+    f"matmul 預設量化：{aten.matmul.default in ops.default_quantizable_ops}"
+    f"｜指定時：{aten.matmul.default in ops.quantizable_ops}"
 )
 assert aten.matmul.default not in ops.default_quantizable_ops
 assert aten.matmul.default in ops.quantizable_ops

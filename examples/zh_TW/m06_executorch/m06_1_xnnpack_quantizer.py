@@ -163,7 +163,7 @@ assert describe_spec(list(xnn["conv2d"][0].values())[1]) == "int8[-127,127] symm
 # （ ``xnnpack_quantizer_utils.py`` 的 ``propagate_annotation`` 對一份這類運算的清單這麼做）。
 
 shared = [name for name, (_, output) in xnn.items() if describe_spec(output) == "shared"]
-print("XNNPACK 沿用輸入 scale 的 node：", shared)
+print(f"XNNPACK 沿用輸入 scale 的 node：{shared}")
 assert shared == ["max_pool2d", "adaptive_avg_pool2d", "flatten"], "pool 與 flatten"
 
 # %%
@@ -190,7 +190,7 @@ x86_model, xnn_model = converted(x86_quantizer()), converted(xnnpack_quantizer()
 draw(x86_model, highlight=quantize_nodes(x86_model), title="X86InductorQuantizer，convert 之後")
 draw(xnn_model, highlight=quantize_nodes(xnn_model), title="XNNPACKQuantizer，convert 之後")
 counts = {"x86": len(quantize_nodes(x86_model)), "XNNPACK": len(quantize_nodes(xnn_model))}
-print("quantize node 數：", counts)
+print(f"quantize node 數：{counts}")
 assert counts["XNNPACK"] > counts["x86"], "XNNPACK 量化的邊比較多"
 
 # %%
@@ -217,7 +217,7 @@ quantized_ops = sorted(
     for n in dynamic.graph.find_nodes(op="call_function", target=qd.dequantize_per_tensor.tensor)
     for user in n.users
 )
-print("輸入被動態量化的運算：", quantized_ops)
+print(f"輸入被動態量化的運算：{quantized_ops}")
 assert quantized_ops == ["conv2d_1", "linear"], "linear 與沒有 relu 的 conv"
 assert not dynamic.graph.find_nodes(op="call_function", target=qd.quantize_per_tensor.default)
 
@@ -233,7 +233,7 @@ calibrate(ours)
 ours = handmade.convert(ours)
 assert ours.code == xnn_model.code, "convert 之後的圖相同"
 assert torch.equal(ours(*x), xnn_model(*x)), "輸出逐位元相同"
-print("XNNPACKQuantizer 之下 handmade 與 torchao 相同：", torch.equal(ours(*x), xnn_model(*x)))
+print(f"XNNPACKQuantizer 之下 handmade 與 torchao 相同：{torch.equal(ours(*x), xnn_model(*x))}")
 
 # %%
 # 小結

@@ -208,7 +208,7 @@ assert delegated(mine.exported_program()) == delegated(lowered), "相同的 dele
 
 y_mine = run(mine.to_executorch(), x)
 assert torch.equal(y_mine, y), "CoursePartitioner 的程式給出 XnnpackPartitioner 的輸出"
-print("相等：", torch.equal(y_mine, y))
+print(f"相等：{torch.equal(y_mine, y)}")
 
 # %%
 # 步驟 6 — 不認得的，就拒絕

@@ -161,7 +161,7 @@ def quantized(program) -> torch.fx.GraphModule:
 
 
 silent = quantized(torch.export.export(FunctionalConv(), x))
-print("non-strict export 之後的 quantize node 數：", quantize_nodes(silent))
+print(f"non-strict export 之後的 quantize node 數：{quantize_nodes(silent)}")
 assert quantize_nodes(silent) == 0, "什麼都沒量化，也沒有引發任何錯誤"
 
 # %%

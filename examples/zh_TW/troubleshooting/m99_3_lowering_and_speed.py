@@ -79,7 +79,7 @@ assert inductor_config.freezing is False, "除非你打開，freezing 是關閉�
 lowered = lower_pt2e_quantized_to_x86(simulated, x)
 reshape_views(lowered)
 int8_ops = [n.name for n in lowered.graph.nodes if "onednn" in str(n.target)]
-print("int8 kernel：", int8_ops)
+print(f"int8 kernel：{int8_ops}")
 assert len(int8_ops) == 2, "conv 與 linear 現在以 oneDNN 的 int8 kernel 執行"
 print(
     compare_speed(
@@ -112,7 +112,7 @@ assert len(views) == 1
 # （ ``common.lowering.reshape_views`` ）；數值完全相同。說明見
 # :ref:`M03-1 · lowering 之後的圖 <sphx_glr_lessons_m03_lowering_m03_1_lowered_graph.py>`。
 
-print("改了：", reshape_views(failing))
+print(f"改了：{reshape_views(failing)}")
 assert torch.equal(failing(*x), lowered(*x)), "修正後的圖能執行，數值也相同"
 
 # %%
@@ -134,7 +134,7 @@ def linears(gm) -> dict[str, bool]:
     }
 
 
-print("每個 linear 是否為 int8 weight：", linears(encoder))
+print(f"每個 linear 是否為 int8 weight：{linears(encoder)}")
 assert list(linears(encoder).values()) == [False, False, True, True], "attention 的仍是浮點數"
 
 # %%
@@ -167,7 +167,7 @@ class Attention(nn.Module):
 
 
 attention = quantize(Attention().eval(), tokens)
-print("每個 linear 是否為 int8 weight：", linears(attention))
+print(f"每個 linear 是否為 int8 weight：{linears(attention)}")
 assert all(linears(attention).values()) and len(linears(attention)) == 4
 
 # %%

@@ -201,10 +201,12 @@ def under_isa(isa: str, source: str) -> dict:
 avx2 = under_isa("AVX2", AGREEMENT)
 here = {}
 exec(AGREEMENT, here)
-print("這顆 CPU：", describe().verdict)
+print(f"這顆 CPU：{describe().verdict}")
 for path, diffs in (("AVX2，無 VNNI", avx2["result"]), ("這顆 CPU", here["result"])):
-    print(f"{path:14} 最大 |lowering 後 - 模擬|：", {k: f"{v:.4f}" for k, v in diffs.items()})
-print("這顆 CPU：", "不會飽和（有 VNNI）" if describe().vnni else "可能飽和（沒有 VNNI）")
+    largest = {k: f"{v:.4f}" for k, v in diffs.items()}
+    print(f"{path:14} 最大 |lowering 後 - 模擬|：{largest}")
+saturation = "不會飽和（有 VNNI）" if describe().vnni else "可能飽和（沒有 VNNI）"
+print(f"這顆 CPU：{saturation}")
 assert avx2["result"]["8-bit"] > 10 * avx2["result"]["7-bit (reduce_range)"], "AVX2 會飽和"
 if describe().vnni:
     assert here["result"]["8-bit"] < 0.01, "有 VNNI：只差在捨入"

@@ -55,6 +55,10 @@ def setup(app) -> dict:
     # The lessons publish their headline figures there as they run (common.results); the
     # landing page's course-results directive reads them.
     os.environ[RESULTS_FOLDER] = str(results_folder(lang))
+    # Sphinx re-reads every page when an "env" setting changes, but not when the code of an
+    # extension does: this setting is that code, so a page never keeps what older code wrote
+    # into it (the download line, the built-with line, the zh spacing).
+    app.add_config_value("course_extension_code", _digest(sorted(DOCS.glob("*.py"))), "env")
     app.add_role("lesson", _lesson_role)
     app.add_directive("course-map", CourseMap)
     app.add_directive("course-results", CourseResults)

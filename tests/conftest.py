@@ -232,6 +232,10 @@ def run_as_a_reader(
     unrelated one: the lesson must find common through the installed package), its pictures
     written there as graph_NNN.svg. Asserts it succeeded, wrote nothing to stderr, and drew."""
     env = {**env, **torch_threads(), "PT2E_COURSE_DRAW_DIR": str(folder)}
+    if cap:
+        from common.cpu import isa_environment
+
+        env.update(isa_environment(cap))
     job = json.dumps([str(script), exercise_solutions(script), cap])
     result = subprocess.run(
         [python, "-c", READER_RUNNER],

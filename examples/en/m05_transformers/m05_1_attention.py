@@ -356,7 +356,12 @@ assert torch.equal(mine(*x), lowered(*x)), "equal outputs"
 #
 #          config = x86_inductor_quantizer.get_default_x86_inductor_quantization_config()
 #          by_type = x86_inductor_quantizer.X86InductorQuantizer().set_global(config)
-#          by_type.set_module_type_qconfig(nn.MultiheadAttention, config)
+#          with warnings.catch_warnings(record=True) as caught:
+#              warnings.simplefilter("always")
+#              by_type.set_module_type_qconfig(nn.MultiheadAttention, config)
+#          assert any("Unable to customize" in str(w.message) for w in caught), (
+#              "torchao warns that it cannot"
+#          )
 #          rows = linears(quantized(get_model("vit_mha"), by_type))
 #          assert sum(int8 for *_, int8 in rows) == 5, "still 5: the partitions are the same"
 #

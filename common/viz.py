@@ -125,8 +125,10 @@ def _value_text(value) -> str:
 
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in [^\n]*\n[ \t]*([^\n]*)')
-# Frames under the folder torch is installed in (site-packages) are library code.
+# Frames under the folder torch is installed in (site-packages) are library code, except the
+# course's own models: pip-installed, common/ sits in that folder too.
 _LIBRARY = os.path.dirname(os.path.dirname(torch.__file__)) + os.sep
+_COURSE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 def _source_text(node: torch.fx.Node) -> str:
@@ -140,7 +142,7 @@ def _source_text(node: torch.fx.Node) -> str:
     frames = _FRAME.findall(node.meta.get("stack_trace") or "")
     if not frames:
         return ""
-    users = [frame for frame in frames if not frame[0].startswith(_LIBRARY)]
+    users = [f for f in frames if f[0].startswith(_COURSE) or not f[0].startswith(_LIBRARY)]
     path, line, code = (users or frames)[-1]
     code = code.strip()
     if len(code) > 60:

@@ -265,6 +265,23 @@ def test_source_of_a_re_exported_node_does_not_count_the_graphs_compiled_before(
     assert _source_text(node) == "<eval_with_key>:16 relu = torch.ops.aten.relu(x)"
 
 
+def test_source_of_a_node_is_the_courses_model_when_the_course_is_pip_installed(monkeypatch):
+    from common import viz
+
+    site = "/venv/lib/python3.11/site-packages/"  # torch and common side by side
+    monkeypatch.setattr(viz, "_LIBRARY", site)
+    monkeypatch.setattr(viz, "_COURSE", site + "common/")
+    graph = torch.fx.Graph()
+    node = graph.placeholder("x")
+    node.meta["stack_trace"] = (
+        f'File "{site}common/models.py", line 53, in forward\n'
+        "    return self.relu(self.bn(self.conv(x)))\n"
+        f'File "{site}torch/nn/modules/conv.py", line 565, in forward\n'
+        "    return self._conv_forward(input, self.weight, self.bias)\n"
+    )
+    assert viz._source_text(node) == "models.py:53 return self.relu(self.bn(self.conv(x)))"
+
+
 @needs_dot
 def test_tooltips_give_qparams_of_observers_and_qdq(conv_relu_gm):
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e

@@ -470,11 +470,8 @@ class CourseResults(_GeneratedContent):
             ":class: course-results",
             "",
         ]
-        out += [
-            f"* - {text['results_head'][0]}",
-            f"  - {text['results_head'][1]}",
-            f"  - {text['results_head'][2]}",
-        ]
+        what, value, lesson = text["results_head"]
+        out += [f"* - {what}", f"  - {value}", f"  - {lesson}"]
         for what, value, lesson in rows:
             out += [f"* - {what}", f"  - {value}", f"  - {{lesson}}`{lesson}`"]
         out += [":::", ""]

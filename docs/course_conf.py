@@ -41,6 +41,7 @@ API_MODULES = (
     "common.expect",
     "common.cpu",
     "common.timing",
+    "common.aoti",
     "common.numerics",
     "common.charts",
     "common.results",

@@ -7,7 +7,8 @@ node 留在浮點數。這是處理「int8 會傷到的那一層」的工具—�
 digits ViT 裡埋一個離群通道（浮點模型算的仍是同一個函式），用兩種方法找出被它傷到的那一層：
 輪流把每一層留在浮點數，以及 torchao 的數值除錯器；把 SQNR 畫在圖上；最後不靠任何浮點退回就
 修好它：親手做 SmoothQuant，把離群值的 scale 從活化值搬進下一個 linear 的 weight。最後看
-時間的代價：一個 encoder block 的 fp32、int8 靜態與 int8 動態版本，加上凍結編譯後計時。
+時間的代價：四個 block 的 encoder 的 fp32、int8 靜態與 int8 動態版本，加上凍結編譯後，在這顆
+CPU 的 int8 路徑與 AVX2 上計時。
 
 **你會學到**
 
@@ -34,24 +35,24 @@ digits ViT 裡埋一個離群通道（浮點模型算的仍是同一個函式）
 
 import copy
 import math
-import warnings
+import tempfile
 
 import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from common.aoti import compiled_package, kernel_calls
 from common.charts import use_course_style
-from common.cpu import describe
+from common.cpu import describe, run_under_isa, weaker_paths
 from common.data import accuracy, digits, export_digits_model, train_digits_vit
 from common.models import example_inputs, get_model, input_shape
 from common.pt2e import export_module, quiet
-from common.timing import compare_speed, timing_threads
+from common.timing import Timing, compare_speed
 from common.viz import draw
 
 quiet()
 
-from torch._dynamo.utils import counters
 from torchao.quantization.pt2e import (
     compare_results,
     extract_results_from_loggers,
@@ -300,80 +301,131 @@ else:
 # %%
 # 步驟 7 — 速度：fp32、int8 靜態、int8 動態
 # -----------------------------------------
-# 準確率只是選擇的一半，另一半是時間。取 ``common.models.Encoder`` 的一個 encoder block
-# （d_model 256、64 個 token、MLP 1024；隨機 weight，輸入是四段 token），做成三個版本，每個
-# 都以 ``torch.compile`` 加上凍結、在計時用的執行緒數下編譯（inductor 會把執行緒數寫進它產生
-# 的程式碼），再以交錯的回合計時。assert 的是編譯器做了什麼：fp32 block 沒有任何 int8 模式，
-# 兩個 int8 block 的六個 linear 全都為 oneDNN 預先打包。
+# 準確率只是選擇的一半，另一半是時間。取 ``common.models.Encoder`` （四個 block、
+# d_model 256、64 個 token、MLP 1024；隨機 weight，輸入是四段 token），做成三個版本，每個都
+# 加上凍結、預先編譯成 AOTInductor 套件（M03-4）。 ``common.aoti.compiled_package`` 把每個
+# 套件存在 ``build/cache/`` ，鍵是程式本身、torch 的版本、kernel 路徑與計時用的執行緒數
+# （inductor 會把執行緒數寫進它產生的程式碼），所以重建網站時直接載入，不必再編譯一次。
+# assert 的是編譯器產生了什麼，讀自每個套件產生的 C++：浮點 encoder 呼叫 oneDNN 的浮點
+# linear，兩個 int8 encoder 的 24 個 linear 全都呼叫它的 int8 linear，殘差的加法併入
+# out 投影與 ``fc2`` 。
 
-block = get_model("encoder").blocks[0]
+encoder = get_model("encoder")
 tokens = example_inputs(4, shape=input_shape("encoder"))
 
 
-def block_int8(is_dynamic):
+def encoder_int8(is_dynamic):
     config = x86_inductor_quantizer.get_default_x86_inductor_quantization_config(
         is_dynamic=is_dynamic
     )
     q = x86_inductor_quantizer.X86InductorQuantizer().set_global(config)
-    prepared = prepare_pt2e(export_module(block, tokens), q)
+    prepared = prepare_pt2e(export_module(encoder, tokens), q)
     with torch.no_grad():
         for seed in range(1, 4):
             prepared(*example_inputs(4, seed=seed, shape=input_shape("encoder")))
     return convert_pt2e(prepared)
 
 
-def compiled(gm):
-    torch._dynamo.reset()
-    counters.clear()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(timing_threads())
-    try:
-        with torch._inductor.config.patch(freezing=True, compile_threads=1), torch.no_grad():
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message="To copy construct from a tensor")
-                fast = torch.compile(gm)
-                fast(*tokens)
-    finally:
-        torch.set_num_threads(threads)
-    return fast, dict(counters["inductor"])
+programs = {
+    label: torch.export.export(gm, tokens)
+    for label, gm in (
+        ("fp32", export_module(encoder, tokens)),
+        ("int8 static", encoder_int8(False)),
+        ("int8 dynamic", encoder_int8(True)),
+    )
+}
+packages = {
+    label: compiled_package(program, "encoder_" + label.replace(" ", "_"))
+    for label, program in programs.items()
+}
 
 
-fast, seen = {}, {}
-for label, gm in (
-    ("fp32", export_module(block, tokens)),
-    ("int8 static", block_int8(False)),
-    ("int8 dynamic", block_int8(True)),
-):
-    fast[label], seen[label] = compiled(gm)
-    print(label, {k: v for k, v in seen[label].items() if k.endswith("prepack_matcher_count")})
-assert "qlinear_weight_prepack_matcher_count" not in seen["fp32"]
-assert seen["int8 static"]["qlinear_weight_prepack_matcher_count"] == 6, "q, k, v, out, fc1, fc2"
-assert seen["int8 dynamic"]["qlinear_weight_prepack_matcher_count"] == 6
+def linear_kernels(package) -> dict:
+    return {name: k for name, k in kernel_calls(package).items() if "linear" in name}
+
+
+for label, package in packages.items():
+    print(f"{label:12}", linear_kernels(package))
+assert not any(name.startswith("q") for name in linear_kernels(packages["fp32"]))
+for label in ("int8 static", "int8 dynamic"):
+    kernels = linear_kernels(packages[label])
+    assert set(kernels) == {"qlinear_pointwise", "qlinear_pointwise_binary"}
+    assert sum(kernels.values()) == 24, "q, k, v, out, fc1, fc2 in each of 4 blocks"
 
 # %%
-# 表格，以及用同一組數字畫的圖。有 VNNI 時，int8 乘積用一道指令累加進 int32，這個大小的
-# int8 linear 通常比 float32 快；沒有 VNNI（AVX2 而無 VNNI）時，乘積要成對經過 int16，
-# 加速變小甚至消失。動態 int8 還要在執行時計算每個活化值的 scale。圖下面那一行說明在這裡
-# 哪一個最快。
+# 接著計時：三個套件以交錯的回合計時，先在這顆 CPU 的 int8 路徑上，再到一個限制在 AVX2 的
+# 新行程裡（ ``run_under_isa`` ，這顆 CPU 有比 AVX2 更強的指令集時才跑）——在那裡重新編譯，
+# 因為這個上限會改變 inductor 的向量程式碼，以及 oneDNN 預先打包的 weight 排列。有 VNNI
+# 時，int8 乘積用一道指令累加進 int32，這個大小的 int8 linear 通常比 float32 快；沒有 VNNI
+# （AVX2）時，乘積要成對經過 int16，加速變小甚至消失。動態 int8 還要在執行時計算每個活化值
+# 的 scale。圖下面的幾行說明，在這裡量到的每條路徑上哪一個最快。
 
-timings = compare_speed(fast, tokens, rounds=20)
+runners = {label: torch._inductor.aoti_load_package(str(p)) for label, p in packages.items()}
+timings = compare_speed(runners, tokens, rounds=20)
 print(timings.table())
-labels = list(timings.times)
-medians = [timings[label].median for label in labels]
-spread = [
-    [m - timings[label].low for label, m in zip(labels, medians, strict=True)],
-    [timings[label].high - m for label, m in zip(labels, medians, strict=True)],
-]
+paths = {cpu.onednn: timings.times}
+
+AVX2_STEP = """
+import torch
+import torchao.quantization.pt2e.quantize_pt2e  # registers the int8 ops the programs call
+from common.aoti import compiled_package
+from common.timing import compare_speed
+
+programs = {label: torch.export.load(path) for label, path in SAVED.items()}
+runners = {
+    label: torch._inductor.aoti_load_package(
+        str(compiled_package(program, "encoder_" + label.replace(" ", "_")))
+    )
+    for label, program in programs.items()
+}
+timings = compare_speed(runners, programs["fp32"].example_inputs[0], rounds=20)
+result = {"times": {label: vars(timings[label]) for label in runners}, "load": timings.load[0]}
+"""
+
+if "AVX2" in weaker_paths():
+    with tempfile.TemporaryDirectory() as folder:
+        saved = {label: f"{folder}/{label.replace(' ', '_')}.pt2" for label in programs}
+        for label, program in programs.items():
+            torch.export.save(program, saved[label])
+        other = run_under_isa("AVX2", f"SAVED = {saved!r}\n{AVX2_STEP}")
+    found = other["result"]
+    paths[other["cpu"]["onednn"]] = {k: Timing(**v) for k, v in found["times"].items()}
+    print(f"AVX2 subprocess: {other['cpu']['onednn']}, load average {found['load']:.2f}")
+
+labels = list(programs)
+print(f"{'int8 path':18}" + "".join(f"{label:>22}" for label in labels))
+for path, times in paths.items():
+    cells = [f"{times[label].median:9.2f} ms ({times[label].spread:4.0%})" for label in labels]
+    print(f"{path:18}" + "".join(f"{cell:>22}" for cell in cells))
+
 use_course_style()
-fig, ax = plt.subplots(figsize=(6, 3))
-ax.bar(labels, medians, yerr=spread, capsize=4, color=["#94a3b8", "#2563eb", "#16a34a"])
+fig, ax = plt.subplots(figsize=(6.5, 3))
+width = 0.8 / len(paths)
+for i, (path, times) in enumerate(paths.items()):
+    medians = [times[label].median for label in labels]
+    spread = [
+        [m - times[label].low for label, m in zip(labels, medians, strict=True)],
+        [times[label].high - m for label, m in zip(labels, medians, strict=True)],
+    ]
+    ax.bar(
+        [j + i * width for j in range(len(labels))],
+        medians,
+        width,
+        yerr=spread,
+        capsize=3,
+        label=path,
+        color=["#2563eb", "#94a3b8"][i % 2],
+    )
+ax.set_xticks([j + width * (len(paths) - 1) / 2 for j in range(len(labels))], labels)
 ax.set_ylabel("每次呼叫的毫秒數（中位數，p10–p90）")
-ax.set_title("一個 encoder block，torch.compile 加上凍結")
+ax.set_title("四個 encoder block，AOTInductor 加上凍結")
+ax.legend(title="int8 path")
 fig.tight_layout()
 plt.show()
-fastest = min(labels, key=lambda label: timings[label].median)
-speedup = timings.ratio("fp32", fastest)
-print(f"這裡最快的是 {fastest}，速度是 fp32 的 {speedup:.2f} 倍；{cpu.verdict}")
+for path, times in paths.items():
+    fastest = min(labels, key=lambda label: times[label].median)
+    speedup = times["fp32"].median / times[fastest].median
+    print(f"{path}：最快的是 {fastest}，速度是 fp32 的 {speedup:.2f} 倍")
 
 # %%
 # 小結
@@ -393,8 +445,9 @@ print(f"這裡最快的是 {fastest}，速度是 fp32 的 {speedup:.2f} 倍；{c
 # - 敏感度迴圈與除錯器的逐 node SQNR 找到同一層。
 # - SmoothQuant 把活化值除以 ``s`` （併入它前面的 LayerNorm），再把後面 linear 的 weight
 #   乘以 ``s`` ：同一個浮點函式，卻是容易量化的 int8 函式。
-# - 加上凍結編譯後，int8 block 的每個 linear 都為 oneDNN 預先打包，靜態與動態皆然；是否比
-#   float32 快取決於 CPU（VNNI），印在上面。
+# - 加上凍結編譯後，int8 encoder 的每個 linear 都以 oneDNN 的 int8 linear 執行，靜態與動態
+#   皆然；是否比 float32 快取決於 CPU 的 int8 路徑（VNNI 或 AVX2），每條量到的路徑都印在
+#   上面。
 #
 # 練習
 # ----

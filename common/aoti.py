@@ -1,0 +1,110 @@
+"""AOTInductor packages compiled with freezing once, kept under ``build/cache/`` by what made them.
+
+A lesson that times compiled models pays inductor's compile (seconds per model) on every
+build; the FX graph cache cannot help, since frozen graphs hold oneDNN's prepacked weights,
+which it does not pickle. A package is machine code for one program, one PyTorch version,
+one kernel path and one thread count: with those in its key it is compiled once, and a
+second build or a process capped at another ISA (``common.cpu.run_under_isa``) loads it in
+well under a second.
+"""
+
+import hashlib
+import os
+import re
+import tempfile
+import warnings
+import zipfile
+from collections import Counter
+from pathlib import Path
+
+import torch
+from filelock import FileLock
+
+from common.cpu import describe
+from common.timing import timing_threads
+
+__all__ = ["CACHE", "compiled_package", "kernel_calls", "package_key"]
+
+_CHECKOUT = Path(__file__).resolve().parents[1]
+#: Where packages are kept: ``build/cache/`` in a source checkout, a temporary folder otherwise.
+CACHE = (
+    _CHECKOUT / "build" / "cache"
+    if (_CHECKOUT / "pyproject.toml").exists()
+    else Path(tempfile.gettempdir()) / "pt2e-course-cache"
+)
+
+
+def package_key(program: torch.export.ExportedProgram) -> str:
+    """A digest of what a package compiled from ``program`` here would depend on.
+
+    The graph's code and every weight and constant (what it computes, with what), the user
+    inputs' shapes (a package is compiled for them), torch's version, this process's kernel
+    path (``describe().kernel_path``: ``ATEN_CPU_CAPABILITY`` picks inductor's vector ISA,
+    ``ONEDNN_MAX_CPU_ISA`` the layout of prepacked int8 weights) and ``timing_threads()``
+    (inductor writes the thread count into its code). The saved file itself makes no key:
+    its bytes change from one compile to the next.
+    """
+    key = hashlib.sha256(program.graph_module.code.encode())
+    for name, value in sorted({**program.state_dict, **program.constants}.items()):
+        key.update(name.encode() + value.detach().contiguous().numpy().tobytes())
+    inputs = set(program.graph_signature.user_inputs)
+    shapes = [tuple(n.meta["val"].shape) for n in program.graph.nodes if n.name in inputs]
+    key.update(f"{shapes} {torch.__version__} {describe().kernel_path} {timing_threads()}".encode())
+    return key.hexdigest()[:16]
+
+
+def compiled_package(program: torch.export.ExportedProgram, name: str) -> Path:
+    """The AOTInductor package of ``program``, compiled with freezing unless already cached.
+
+    Compiled at ``timing_threads()`` threads, so that it can be timed beside other models
+    with ``common.timing.compare_speed``; load it with ``torch._inductor.aoti_load_package``.
+
+    Args:
+        program: what to compile (``torch.export.export`` of a float or converted model).
+        name: the start of the file name, e.g. ``"encoder_fp32"``.
+
+    Returns:
+        Path: the ``.pt2`` file, ``CACHE / f"{name}-{package_key(program)}.pt2"``.
+
+    Raises:
+        TypeError: if ``program`` is not an ``ExportedProgram``; the message says how to get
+            one from a ``GraphModule``.
+    """
+    if not isinstance(program, torch.export.ExportedProgram):
+        raise TypeError(
+            f"compiled_package needs a torch.export.ExportedProgram, got {type(program).__name__}"
+            "; export it first: torch.export.export(gm, example_inputs)"
+        )
+    path = CACHE / f"{name}-{package_key(program)}.pt2"
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with FileLock(f"{path}.lock"):  # the other language's build may be compiling it too
+        if not path.exists():
+            tmp = path.with_name(f".{path.stem}-{os.getpid()}.pt2")  # whole files only
+            threads = torch.get_num_threads()
+            torch.set_num_threads(timing_threads())
+            try:
+                with torch.no_grad(), warnings.catch_warnings():
+                    # inductor's int8 lowering copies a zero-point tensor the way torch warns about
+                    warnings.filterwarnings("ignore", message="To copy construct from a tensor")
+                    torch._inductor.aoti_compile_and_package(
+                        program,
+                        package_path=str(tmp),
+                        inductor_configs={"freezing": True, "compile_threads": 1},
+                    )
+            finally:
+                torch.set_num_threads(threads)
+            tmp.replace(path)
+    return path
+
+
+def kernel_calls(package: Path) -> Counter:
+    """The ATen and oneDNN kernels a package's generated C++ calls, by name, with counts.
+
+    Read from the ``wrapper.cpp`` inside the archive: e.g. ``qlinear_pointwise`` for each
+    int8 linear oneDNN runs, ``linear_pointwise`` for a float one prepacked by oneDNN.
+    """
+    with zipfile.ZipFile(package) as archive:
+        source = "".join(
+            archive.read(n).decode() for n in archive.namelist() if n.endswith("wrapper.cpp")
+        )
+    return Counter(re.findall(r"aoti_torch_cpu_+(\w+?)(?:_tensor)?\(", source))

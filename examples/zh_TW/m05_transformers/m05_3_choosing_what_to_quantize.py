@@ -350,7 +350,7 @@ assert not any(name.startswith("q") for name in linear_kernels(packages["fp32"])
 for label in ("int8 static", "int8 dynamic"):
     kernels = linear_kernels(packages[label])
     assert set(kernels) == {"qlinear_pointwise", "qlinear_pointwise_binary"}
-    assert sum(kernels.values()) == 24, "q, k, v, out, fc1, fc2 in each of 4 blocks"
+    assert sum(kernels.values()) == 24, "4 個 block 各有 q、k、v、out、fc1、fc2"
 
 # %%
 # 接著計時：三個套件以交錯的回合計時，先在這顆 CPU 的 int8 路徑上，再到一個限制在 AVX2 的

@@ -64,8 +64,10 @@ def one_torch_thread_per_worker():
 # ------------------------------------------------------- torchao's pattern graphs, exported once
 # torchao exports small pattern graphs (strict torch.export, ~0.2 s each) each time it rewrites:
 # convert_pt2e 96 of them whenever a BatchNorm is left in the graph (its QAT conv-bn patterns),
-# prepare_qat_pt2e and move_exported_model_to_train/eval a few more. A pattern's graph depends
-# only on its code, the values it closes over and its inputs' shapes and dtypes, so each test
+# prepare_qat_pt2e and move_exported_model_to_train/eval a few more, and ExecuTorch's
+# XNNPACKQuantizer its conv-bn patterns at every annotate (~3.5 s per prepare_pt2e, most of
+# the XNNPACK cases' time in the handmade and edge matrices). A pattern's graph depends only
+# on its code, the values it closes over and its inputs' shapes and dtypes, so each test
 # worker exports each pattern once. The readers' runs (subprocesses) and the docs build export
 # them as torchao does; tests/test_handmade.py checks that a cached graph is the fresh one.
 
@@ -120,17 +122,9 @@ def caching_pattern_graphs(export_pattern):
     return cached
 
 
-@pytest.fixture(autouse=True)
-def _patterns_on_their_worker(request):
-    """Tests marked ON_THE_PATTERN_WORKER get the cache; other workers never import torchao's
-    pattern modules for it."""
-    group = request.node.get_closest_marker("xdist_group")
-    if group is not None and group.args[:1] == ON_THE_PATTERN_WORKER.args:
-        request.getfixturevalue("torchao_patterns_exported_once")
-
-
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="session", autouse=True)
 def torchao_patterns_exported_once():
+    import executorch.backends.xnnpack.quantizer.xnnpack_quantizer_utils  # noqa: F401
     import torchao.quantization.pt2e.quantize_pt2e  # noqa: F401  (imports the modules below)
     from torchao.quantization.pt2e import utils
 
@@ -141,7 +135,9 @@ def torchao_patterns_exported_once():
         # Modules that imported the function by name hold it too (export_utils imports it
         # from utils at each call).
         for module in list(sys.modules.values()):
-            if module.__name__.startswith("torchao.") and getattr(module, name, None) is original:
+            if module.__name__.startswith(("torchao.", "executorch.")) and (
+                getattr(module, name, None) is original
+            ):
                 patch.setattr(module, name, cached)
         yield cached
 

@@ -13,7 +13,9 @@ __all__ = ["reset", "scraper"]
 
 
 def reset(gallery_conf, fname) -> None:
-    """``reset_modules`` hook, run before each lesson: quiet the stack, collect pictures.
+    """``reset_modules`` hook, run before each lesson: quiet the stack, collect pictures, and
+    once torchao is loaded, export its pattern graphs once for the whole build
+    (docs/pattern_graphs.py).
 
     Args:
         gallery_conf: sphinx-gallery's configuration (unused).
@@ -23,6 +25,10 @@ def reset(gallery_conf, fname) -> None:
     from common.viz import collected_pictures
 
     quiet()
+    if "torchao.quantization.pt2e.utils" in sys.modules:
+        from pattern_graphs import export_once
+
+        export_once()
     collected_pictures.active = True
     collected_pictures.pictures.clear()
 

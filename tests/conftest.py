@@ -1,6 +1,5 @@
 """Shared fixtures and skips for the pt2e-course tests."""
 
-import copy
 import json
 import os
 import re
@@ -15,6 +14,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 sys.path.insert(0, str(ROOT / "docs"))
+from pattern_graphs import NAME, caching_pattern_graphs, modules_holding, pattern_key  # noqa: E402, F401
+
 from languages import LANGUAGES, build_site  # noqa: E402
 
 BUILT = ROOT / "build" / "html"
@@ -62,14 +63,7 @@ def one_torch_thread_per_worker():
 
 
 # ------------------------------------------------------- torchao's pattern graphs, exported once
-# torchao exports small pattern graphs (strict torch.export, ~0.2 s each) each time it rewrites:
-# convert_pt2e 96 of them whenever a BatchNorm is left in the graph (its QAT conv-bn patterns),
-# prepare_qat_pt2e and move_exported_model_to_train/eval a few more, and ExecuTorch's
-# XNNPACKQuantizer its conv-bn patterns at every annotate (~3.5 s per prepare_pt2e, most of
-# the XNNPACK cases' time in the handmade and edge matrices). A pattern's graph depends only
-# on its code, the values it closes over and its inputs' shapes and dtypes, so each test
-# worker exports each pattern once. The readers' runs (subprocesses) and the docs build export
-# them as torchao does; tests/test_handmade.py checks that a cached graph is the fresh one.
+# Each test worker exports each of torchao's pattern graphs once (docs/pattern_graphs.py).
 
 
 # Tests that make torchao export its BatchNorm patterns (~15 s the first time in a worker) run
@@ -78,67 +72,17 @@ def one_torch_thread_per_worker():
 ON_THE_PATTERN_WORKER = pytest.mark.xdist_group("torchao_patterns")
 
 
-def pattern_key(pattern, example_inputs, is_cuda=False, **kwargs):
-    """What a torchao pattern graph depends on, or None when that cannot be told (not cached)."""
-    function = getattr(pattern, "fn", pattern)  # torchao wraps some patterns in WrapperModule
-    try:
-        closed_over = tuple(cell.cell_contents for cell in function.__closure__ or ())
-        key = (
-            type(pattern),
-            function.__code__,
-            closed_over,
-            tuple(map(_input_signature, example_inputs)),
-            is_cuda,
-            tuple(sorted((name, _input_signature(v)) for name, v in kwargs.items())),
-        )
-        hash(key)
-    except (AttributeError, TypeError, ValueError):
-        return None
-    return key
-
-
-def _input_signature(value):
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return ("tensor", tuple(value.shape), value.dtype, value.device.type)
-    return value
-
-
-def caching_pattern_graphs(export_pattern):
-    """``export_pattern`` (torchao's ``_get_aten_graph_module_for_pattern``) with a memory:
-    each pattern is exported once, and every call gets its own copy of the graph."""
-    exported = {}
-
-    def cached(pattern, example_inputs, is_cuda=False, **kwargs):
-        key = pattern_key(pattern, example_inputs, is_cuda, **kwargs)
-        if key is None:
-            return export_pattern(pattern, example_inputs, is_cuda, **kwargs)
-        if key not in exported:
-            exported[key] = export_pattern(pattern, example_inputs, is_cuda, **kwargs)
-        return copy.deepcopy(exported[key])
-
-    cached.exported, cached.export_pattern = exported, export_pattern
-    return cached
-
-
 @pytest.fixture(scope="session", autouse=True)
 def torchao_patterns_exported_once():
     import executorch.backends.xnnpack.quantizer.xnnpack_quantizer_utils  # noqa: F401
     import torchao.quantization.pt2e.quantize_pt2e  # noqa: F401  (imports the modules below)
     from torchao.quantization.pt2e import utils
 
-    name = "_get_aten_graph_module_for_pattern"
-    original = getattr(utils, name)
+    original = getattr(utils, NAME)
     cached = caching_pattern_graphs(original)
     with pytest.MonkeyPatch.context() as patch:
-        # Modules that imported the function by name hold it too (export_utils imports it
-        # from utils at each call).
-        for module in list(sys.modules.values()):
-            if module.__name__.startswith(("torchao.", "executorch.")) and (
-                getattr(module, name, None) is original
-            ):
-                patch.setattr(module, name, cached)
+        for module in modules_holding(original):
+            patch.setattr(module, NAME, cached)
         yield cached
 
 

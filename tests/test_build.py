@@ -135,3 +135,29 @@ def test_the_site_root_is_written_without_sphinx(tmp_path):
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
     assert (tmp_path / "index.html").exists() and (tmp_path / "sitemap.xml").exists()
+
+
+def test_the_build_exports_torchaos_pattern_graphs_once_in_every_module_that_holds_them():
+    """docs/course_gallery.reset calls export_once before each lesson: torchao's exporter and
+    any ExecuTorch module that imported it by name get one caching exporter."""
+    code = textwrap.dedent(
+        """
+        import sys, types
+        sys.path.insert(0, "docs")
+        import torchao.quantization.pt2e.quantize_pt2e
+        from torchao.quantization.pt2e import utils
+        import pattern_graphs
+
+        original = utils._get_aten_graph_module_for_pattern
+        holder = types.ModuleType("executorch.backends.holder")  # as XNNPACK's utils hold it
+        holder._get_aten_graph_module_for_pattern = original
+        sys.modules[holder.__name__] = holder
+        cached = pattern_graphs.export_once()
+        assert cached is not original and cached.export_pattern is original
+        assert utils._get_aten_graph_module_for_pattern is cached
+        assert holder._get_aten_graph_module_for_pattern is cached
+        assert pattern_graphs.export_once() is cached, "idempotent"
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]

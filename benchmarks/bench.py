@@ -119,10 +119,13 @@ def median_of(repeat: int, measure) -> float:
 
 
 def clean_generated() -> None:
+    """Remove the built site and what sphinx-gallery wrote, as on a fresh clone; keep
+    build/cache and the inductor cache (trained weights, compiled kernels and packages)."""
     shutil.rmtree(ROOT / "build" / "html", ignore_errors=True)
     shutil.rmtree(ROOT / "build" / "jupyter_cache", ignore_errors=True)
     for lang in LANGUAGES:
-        shutil.rmtree(ROOT / "docs" / lang / "lessons", ignore_errors=True)
+        # git's ignored files only: docs/<lang>/lessons/index.rst is written by hand.
+        subprocess.run(["git", "clean", "-fdXq", f"docs/{lang}/lessons"], cwd=ROOT, check=True)
 
 
 def example_pages() -> dict[Path, float]:

@@ -206,17 +206,28 @@ def measure_m03() -> list[str]:
     """Run the M03-3 lesson (its timings and sizes); return its section of RESULTS.md."""
     with contextlib.redirect_stdout(open(os.devnull, "w")), _chdir(M03_LESSON.parent):
         lesson = runpy.run_path(str(M03_LESSON), run_name="__main__")
-    timings, base = lesson["timings"], lesson["timings"]["fp32 eager"]
+    rows = {  # the lesson's three timing steps, each fp32 beside int8 in one interleaved run
+        "eager": lesson["eager"],
+        "compile": lesson["plain"],
+        "compile + freezing": lesson["frozen"],
+    }
+    base = rows["eager"]["fp32"].median
     lines = [
         M03_HEADING,
         "",
-        f"`conv_net`, batch {lesson['BATCH']} of {lesson['input_shape']('conv_net')} images, "
-        f"CPU {lesson['cpu']}; medians of 5 runs after a warm-up (the lesson's own numbers).",
+        f"`conv_net`, batch {lesson['BATCH']} of {lesson['input_shape']('conv_net')} images; "
+        f"{rows['eager'].cpu}; {rows['eager'].threads} thread(s). The lesson's own numbers: "
+        "medians of interleaved rounds, p10–p90 in brackets.",
         "",
-        "| way | ms per batch | speed vs fp32 eager |",
-        "| --- | --- | --- |",
+        "| way | model | ms per batch (p10–p90) | speed vs fp32 eager |",
+        "| --- | --- | --- | --- |",
     ]
-    lines += [f"| {name} | {ms:.1f} | {base / ms:.2f}x |" for name, ms in timings.items()]
+    for way, timings in rows.items():
+        for label, t in timings.times.items():
+            lines.append(
+                f"| {way} | {label} | {t.median:.2f} ({t.low:.2f}–{t.high:.2f}) | "
+                f"{base / t.median:.2f}x |"
+            )
     fp32, int8 = lesson["fp32_bytes"], lesson["int8_bytes"]
     lines += [
         "",

@@ -419,7 +419,7 @@ for i, (path, times) in enumerate(paths.items()):
 ax.set_xticks([j + width * (len(paths) - 1) / 2 for j in range(len(labels))], labels)
 ax.set_ylabel("每次呼叫的毫秒數（中位數，p10–p90）")
 ax.set_title("四個 encoder block，AOTInductor 加上凍結")
-ax.legend(title="int8 path")
+ax.legend(title="int8 路徑")
 fig.tight_layout()
 plt.show()
 for path, times in paths.items():

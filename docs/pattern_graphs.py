@@ -8,8 +8,8 @@ and ExecuTorch's ``XNNPACKQuantizer`` its conv-bn patterns at every annotate (~3
 code, the values it closes over and its inputs' shapes and dtypes, so a process needs each
 one once. tests/test_handmade.py checks that a remembered graph is the freshly exported one.
 
-Build machinery, like the inductor cache: a reader who runs a lesson as a script exports the
-patterns as torchao does, and the pages print the same.
+Part of the site's build and of the tests, as the inductor cache is, and never of a lesson: a
+lesson run as a script exports the patterns as torchao does, and prints what its page shows.
 """
 
 import copy

@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 sys.path.insert(0, str(ROOT / "docs"))
-from pattern_graphs import NAME, caching_pattern_graphs, modules_holding, pattern_key  # noqa: E402, F401
+from pattern_graphs import export_once  # noqa: E402
 
 from languages import LANGUAGES, build_site  # noqa: E402
 
@@ -74,16 +74,11 @@ ON_THE_PATTERN_WORKER = pytest.mark.xdist_group("torchao_patterns")
 
 @pytest.fixture(scope="session", autouse=True)
 def torchao_patterns_exported_once():
+    """The docs build's cache (docs/pattern_graphs.py), for the whole session of a worker."""
     import executorch.backends.xnnpack.quantizer.xnnpack_quantizer_utils  # noqa: F401
-    import torchao.quantization.pt2e.quantize_pt2e  # noqa: F401  (imports the modules below)
-    from torchao.quantization.pt2e import utils
+    import torchao.quantization.pt2e.quantize_pt2e  # noqa: F401  (imports the modules it patches)
 
-    original = getattr(utils, NAME)
-    cached = caching_pattern_graphs(original)
-    with pytest.MonkeyPatch.context() as patch:
-        for module in modules_holding(original):
-            patch.setattr(module, NAME, cached)
-        yield cached
+    return export_once()
 
 
 def lessons(lang: str) -> list[Path]:

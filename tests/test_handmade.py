@@ -12,12 +12,13 @@ import warnings
 import pytest
 import torch
 from graphs import TEST_MODELS, C, build, call_function_targets
+from pattern_graphs import pattern_key
 from torch import nn
 
 from common.models import MODEL_NAMES, TRANSFORMER_NAMES, example_inputs, get_model, input_shape
 from common.pt2e import calibrate, export_module, quiet, x86_quantizer
 
-from conftest import ON_THE_PATTERN_WORKER, pattern_key
+from conftest import ON_THE_PATTERN_WORKER
 
 quiet()
 

@@ -1,4 +1,5 @@
-"""Test-only models and graph helpers shared by test_handmade.py and test_lowering.py."""
+"""Test-only models and graph helpers shared by test_handmade.py, test_lowering.py and
+test_edge.py."""
 
 import collections
 
@@ -301,6 +302,24 @@ TEST_MODELS = {
     "buffer_mutation": BufferMutation,
     "reused_relu": ReusedReLU,
 }
+
+
+# --- Outside the matrices: a model for the refusals of the lowerings ---------------------------
+
+
+class TwoConvs(nn.Module):
+    """Two convs named ``a`` and ``b``: a quantizer can leave one of them in float."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(C, 8, 3, padding=1)
+        self.b = nn.Conv2d(8, 8, 3, padding=1)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+# --- Building them, reading their graphs -----------------------------------------------------
 
 
 def build(name: str) -> nn.Module:

@@ -13,7 +13,7 @@ import io
 
 import pytest
 import torch
-from test_handmade import TEST_MODELS, build
+from graphs import TEST_MODELS, TwoConvs, build
 from torch import nn
 
 from common.models import LARGE_MODEL_NAMES, MODEL_NAMES, example_inputs, get_model, input_shape
@@ -256,16 +256,6 @@ class Hardswish(nn.Module):
 
     def forward(self, x):
         return nn.functional.hardswish(self.conv(x))
-
-
-class TwoConvs(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.a = nn.Conv2d(3, 8, 3, padding=1)
-        self.b = nn.Conv2d(8, 8, 3, padding=1)
-
-    def forward(self, x):
-        return self.b(torch.relu(self.a(x)))
 
 
 class Softmax(nn.Module):

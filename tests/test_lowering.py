@@ -9,7 +9,7 @@ import collections
 
 import pytest
 import torch
-from graphs import TEST_MODELS, build, call_function_targets
+from graphs import TEST_MODELS, TwoConvs, build, call_function_targets
 from torch import nn
 
 from common.models import (
@@ -214,16 +214,6 @@ class LinearAdd(nn.Module):
     def forward(self, x):
         rows = x.flatten(0, 2)
         return self.fc(rows) + rows
-
-
-class TwoConvs(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.a = nn.Conv2d(3, 8, 3, padding=1)
-        self.b = nn.Conv2d(8, 8, 3, padding=1)
-
-    def forward(self, x):
-        return self.b(torch.relu(self.a(x)))
 
 
 def first_conv_left_float():

@@ -328,13 +328,13 @@ def test_graph_module_and_exported_program_are_not_mixed_up():
         edge.CoursePartitioner().partition(model)
     assert "torch.export.export(gm" in str(e.value), "the message says how to get one"
     with pytest.raises(TypeError, match="expects the GraphModule") as e:
-        edge.lower(program, x)
+        edge.to_executorch(program, x)
     assert "program.module()" in str(e.value), "the message says how to get one"
 
 
-def test_lower_defaults_to_the_course_partitioner():
+def test_to_executorch_defaults_to_the_course_partitioner():
     x = example_inputs(2)
-    manager = edge.lower(quantized("conv_relu"), x)
+    manager = edge.to_executorch(quantized("conv_relu"), x)
     (names,) = edge.delegated(manager.exported_program()).values()
     assert "aten_convolution_default" in names
 
@@ -342,3 +342,7 @@ def test_lower_defaults_to_the_course_partitioner():
 def test_course_partitioner_is_an_executorch_partitioner():
     assert isinstance(edge.CoursePartitioner(), Partitioner)
     assert set(edge.SUPPORTED) >= {"convolution.default", "linear.default", "mean.dim"}
+
+
+def test_lower_names_the_x86_lowering_only():
+    assert not hasattr(edge, "lower"), "ExecuTorch's lowering is edge.to_executorch"

@@ -1,4 +1,5 @@
-"""common.numerics: record, sqnr (torchao's compute_error), fold_batch_norm, and their errors."""
+"""common.numerics: record, sqnr (torchao's compute_error), fold_batch_norm_modules, and their
+errors."""
 
 import math
 
@@ -6,7 +7,13 @@ import pytest
 import torch
 
 from common.data import DigitsCNN
-from common.numerics import fold_batch_norm, int8_conv_steps, record, sqnr
+from common.numerics import (
+    DIGITS_CONV_BN,
+    fold_batch_norm_modules,
+    int8_conv_steps,
+    record,
+    sqnr,
+)
 
 
 def _trained_like_digits_cnn():
@@ -69,10 +76,10 @@ def test_sqnr_refuses_tensors_of_different_shapes():
         sqnr(torch.ones(2, 3), torch.ones(3))
 
 
-def test_fold_batch_norm_computes_the_same_function_and_leaves_the_model_alone():
+def test_fold_batch_norm_modules_computes_the_same_function_and_leaves_the_model_alone():
     model = _trained_like_digits_cnn()
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    folded = fold_batch_norm(model)
+    folded = fold_batch_norm_modules(model, pairs=DIGITS_CONV_BN)
     x = torch.rand(32, 1, 8, 8, generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         torch.testing.assert_close(folded(x), model(x), rtol=1e-5, atol=1e-5)
@@ -84,9 +91,16 @@ def test_fold_batch_norm_computes_the_same_function_and_leaves_the_model_alone()
 @pytest.mark.parametrize(
     "pairs", [(("conv1", "bn9"),), (("bn1", "conv1"),), (("fc1", "bn1"),)], ids=str
 )
-def test_fold_batch_norm_refuses_names_that_are_not_a_conv_and_its_batch_norm(pairs):
+def test_fold_batch_norm_modules_refuses_names_that_are_not_a_conv_and_its_batch_norm(pairs):
     with pytest.raises(ValueError, match=r"must name a Conv2d and a BatchNorm2d.*conv1, conv2"):
-        fold_batch_norm(DigitsCNN().eval(), pairs=pairs)
+        fold_batch_norm_modules(DigitsCNN().eval(), pairs=pairs)
+
+
+def test_fold_batch_norm_names_the_graph_pass_only():
+    from common import handmade, numerics
+
+    assert callable(handmade.fold_batch_norm)
+    assert not hasattr(numerics, "fold_batch_norm"), "the module copy is fold_batch_norm_modules"
 
 
 def _digits_q_dq(*, reduce_range):

@@ -11,8 +11,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from built_site import BUILT, site_lock
+from lesson_scripts import ROOT
+from marks import needs_dot
 
-from conftest import BUILT, ROOT, needs_dot, site_lock
 from languages import SPHINX_OPTIONS
 
 pytestmark = [pytest.mark.slow, needs_dot]

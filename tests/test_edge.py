@@ -14,12 +14,11 @@ import io
 import pytest
 import torch
 from graphs import TEST_MODELS, TwoConvs, build
+from marks import ON_THE_PATTERN_WORKER
 from torch import nn
 
 from common.models import LARGE_MODEL_NAMES, MODEL_NAMES, example_inputs, get_model, input_shape
 from common.pt2e import calibrate, export_module, quiet
-
-from conftest import ON_THE_PATTERN_WORKER
 
 quiet()
 
@@ -40,6 +39,7 @@ from common import edge  # noqa: E402
 
 pytestmark = [
     pytest.mark.filterwarnings(r"ignore:`isinstance\(treespec, LeafSpec\)`:FutureWarning"),
+    pytest.mark.usefixtures("torchao_patterns_exported_once"),  # tests/conftest.py
     pytest.mark.filterwarnings("ignore:Not fusing linear\\+bn:UserWarning"),
 ]
 
@@ -147,7 +147,7 @@ def run(buffer: bytes, x) -> torch.Tensor:
     return method.execute([*x])[0]
 
 
-# A BatchNorm left in the graph makes torchao export its patterns: on their worker (conftest.py).
+# A BatchNorm left in the graph makes torchao export its patterns: on their worker (marks.py).
 @pytest.mark.parametrize(
     "name",
     [pytest.param(n, marks=ON_THE_PATTERN_WORKER) if n == "unfolded_bn" else n for n in MATRIX],

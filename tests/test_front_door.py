@@ -14,16 +14,16 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from test_build import make_site, sphinx_build
-
-import course_conf
-from conftest import (
+from lesson_scripts import (
     ROOT,
     VIRTUALENV_LESSON,
     assert_drew_the_sites_pictures,
-    needs_dot,
     run_as_a_reader,
 )
+from marks import needs_dot
+from test_build import make_site, sphinx_build
+
+import course_conf
 
 pytestmark = [pytest.mark.slow, needs_dot]
 

@@ -12,13 +12,12 @@ import warnings
 import pytest
 import torch
 from graphs import TEST_MODELS, C, build, call_function_targets
+from marks import ON_THE_PATTERN_WORKER
 from pattern_graphs import pattern_key
 from torch import nn
 
 from common.models import MODEL_NAMES, TRANSFORMER_NAMES, example_inputs, get_model, input_shape
 from common.pt2e import calibrate, export_module, quiet, x86_quantizer
-
-from conftest import ON_THE_PATTERN_WORKER
 
 quiet()
 
@@ -40,7 +39,10 @@ from common import handmade  # noqa: E402
 from common.quantizer import ACTIVATION_SPEC, WEIGHT_SPEC, CourseQuantizer  # noqa: E402
 
 # deepcopy of an exported GraphModule warns inside torch (quiet() silences it, pytest resets it).
-pytestmark = pytest.mark.filterwarnings(r"ignore:`isinstance\(treespec, LeafSpec\)`:FutureWarning")
+pytestmark = [
+    pytest.mark.filterwarnings(r"ignore:`isinstance\(treespec, LeafSpec\)`:FutureWarning"),
+    pytest.mark.usefixtures("torchao_patterns_exported_once"),  # tests/conftest.py
+]
 
 aten = torch.ops.aten
 

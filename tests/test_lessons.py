@@ -1,24 +1,27 @@
 """Every lesson has a twin with identical code, and runs as a plain script in both languages."""
 
 import ast
+import json
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
-from conftest import (
+from lesson_scripts import (
     ALL_LESSONS,
     EXAMPLES,
-    LANGUAGES,
     NOTEBOOK_LESSON,
+    RUNNER,
     VIRTUALENV_LESSON,
     assert_drew_the_sites_pictures,
     exercise_solutions,
     lessons,
     run_as_a_reader,
 )
+
+from languages import LANGUAGES
 
 
 def code_only(path) -> str:
@@ -102,7 +105,7 @@ def test_every_cpu_dependent_lesson_exists():
     [
         pytest.param(r, marks=[pytest.mark.isa] if str(r) in CPU_DEPENDENT else [])
         for r in lessons(READER_LANGUAGE)
-        if r not in (NOTEBOOK_LESSON, VIRTUALENV_LESSON)  # run elsewhere (see conftest.py)
+        if r not in (NOTEBOOK_LESSON, VIRTUALENV_LESSON)  # run elsewhere (lesson_scripts.py)
     ],
     ids=str,
 )
@@ -173,6 +176,27 @@ def test_solutions_are_found(tmp_path):
         "#       y = 2 * x\n#       assert y == 2\n#\n# 2. Next.\nprint(x)\n"
     )
     assert exercise_solutions(lesson) == ["y = 2 * x\nassert y == 2\n"]
+
+
+def test_the_reader_runner_runs_the_solutions_in_the_lessons_namespace(tmp_path):
+    """tests/run_lesson.py, which run_as_a_reader starts: the lesson as ``python lesson.py``
+    (``__main__``, its folder first on sys.path), then each solution; a failing one fails it."""
+    lesson = tmp_path / "m09_1_x.py"
+    lesson.write_text(
+        "import sys\nx = 1\nassert __name__ == '__main__' and sys.argv == [__file__]\n"
+    )
+    (tmp_path / "beside.py").write_text("NAME = 'beside'\n")
+    ran = tmp_path / "ran"
+    ran.mkdir()
+
+    def run(*solutions):
+        job = json.dumps([str(lesson), list(solutions), None])
+        command = [sys.executable, str(RUNNER)]
+        return subprocess.run(command, input=job, cwd=ran, capture_output=True, text=True)
+
+    assert run("from beside import NAME\nassert (x, NAME) == (1, 'beside')").returncode == 0
+    failed = run("y = 2 * x", "assert y == 3, 'y is 2'")
+    assert failed.returncode != 0 and "(solution 2)" in failed.stderr, failed.stderr
 
 
 # The quickstart (examples/<lang>/quickstart/) runs the whole flow on one page and sends the

@@ -10,6 +10,7 @@ import collections
 import pytest
 import torch
 from graphs import TEST_MODELS, TwoConvs, build, call_function_targets
+from marks import ON_THE_PATTERN_WORKER
 from torch import nn
 
 from common.models import (
@@ -21,8 +22,6 @@ from common.models import (
     input_shape,
 )
 from common.pt2e import calibrate, export_module, quiet, x86_quantizer
-
-from conftest import ON_THE_PATTERN_WORKER
 
 quiet()
 
@@ -37,7 +36,8 @@ from common import handmade, lowering  # noqa: E402
 
 pytestmark = [
     pytest.mark.filterwarnings(r"ignore:`isinstance\(treespec, LeafSpec\)`:FutureWarning"),
-    ON_THE_PATTERN_WORKER,  # one worker lowers the matrix once (tests/conftest.py)
+    pytest.mark.usefixtures("torchao_patterns_exported_once"),  # tests/conftest.py
+    ON_THE_PATTERN_WORKER,  # one worker lowers the matrix once (tests/marks.py)
 ]
 
 

@@ -20,11 +20,13 @@ from pathlib import Path
 from urllib.parse import quote, unquote, urlparse
 
 import pytest
+from lesson_scripts import NOTEBOOK_LESSON, ROOT, lessons
+from marks import needs_dot
 
 # tests/conftest.py (loaded first by pytest) puts docs/ on sys.path: course_conf is the site's
 # shared Sphinx configuration, with the repository, the site URL and the languages.
 import course_conf
-from conftest import LANGUAGES, NOTEBOOK_LESSON, ROOT, lessons, needs_dot
+from languages import LANGUAGES
 
 # One worker runs them all: they share the built site, its server and one Chromium.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("site")]

@@ -11,10 +11,11 @@ import re
 from pathlib import Path
 
 import pytest
+from lesson_scripts import EXAMPLES, lessons
 from sphinx.search.en import SearchEnglish
 from sphinx.search.zh import SearchChinese
 
-from conftest import EXAMPLES, LANGUAGES, lessons
+from languages import LANGUAGES
 
 FOLDER = "troubleshooting"
 # Section headings of a page that are not entries.

@@ -16,11 +16,10 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from lesson_scripts import ROOT
 from zh_spacing import CJK, FULL_WIDTH_PUNCTUATION, tidy
 
 from common.charts import CJK_CHARACTERS
-
-from conftest import ROOT
 
 # Where an inline element (em, strong, a link, ...) starts or ends inside a block of text.
 BOUNDARY = "\x00"

@@ -1,0 +1,137 @@
+"""The lessons as the tests see them: the list, their exercise solutions, a run as a reader's."""
+
+import json
+import os
+import re
+import subprocess
+import textwrap
+from pathlib import Path
+
+from languages import LANGUAGES
+
+__all__ = [
+    "ALL_LESSONS",
+    "EXAMPLES",
+    "NOTEBOOK_LESSON",
+    "ROOT",
+    "RUNNER",
+    "VIRTUALENV_LESSON",
+    "assert_drew_the_sites_pictures",
+    "exercise_solutions",
+    "lessons",
+    "run_as_a_reader",
+    "torch_threads",
+]
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+RUNNER = Path(__file__).with_name("run_lesson.py")  # what run_as_a_reader starts
+
+
+def lessons(lang: str) -> list[Path]:
+    """Lesson scripts of one language, as paths relative to examples/<lang>.
+
+    The quickstart page (``quickstart/quickstart.py``) is run and checked like a lesson.
+    """
+    base = EXAMPLES / lang
+    scripts = [*base.glob("*/m[0-9][0-9]_*.py"), *base.glob("quickstart/quickstart.py")]
+    return sorted(p.relative_to(base) for p in scripts)
+
+
+ALL_LESSONS = sorted({(lang, path) for lang in LANGUAGES for path in lessons(lang)})
+
+# Each lesson runs once outside the docs build. The quickstart, the page a reader is likeliest
+# to open in Jupyter or Colab, runs as its downloaded notebook (test_site.py); M00-1 as a page's
+# download, in a virtualenv made with the page's pip command only (test_front_door.py); every
+# other lesson as a script (test_lessons.py).
+NOTEBOOK_LESSON = Path("quickstart/quickstart.py")
+VIRTUALENV_LESSON = Path("m00_graphs/m00_1_getting_a_graph.py")
+
+
+def exercise_solutions(path: Path) -> list[str]:
+    """The code of each exercise solution of a lesson, in order.
+
+    A solution is a ``.. code-block:: python`` inside a ``.. dropdown::`` in a text block (see
+    README, "Adding a lesson"); the page shows it folded, and the tests run it after the lesson.
+    """
+    lines = path.read_text(encoding="utf-8").splitlines()
+    text = [re.sub(r"^# ?", "", line) if line.startswith("#") else None for line in lines]
+    solutions, in_dropdown = [], None
+    for i, line in enumerate(text):
+        if line is None:
+            in_dropdown = None
+            continue
+        indent = _indent(line)
+        if line.strip().startswith(".. dropdown::"):
+            in_dropdown = indent
+        elif in_dropdown is not None and line.strip() and indent <= in_dropdown:
+            in_dropdown = None
+        if in_dropdown is None or line.strip() != ".. code-block:: python":
+            continue
+        body = []
+        for following in text[i + 1 :]:
+            if following is None or (following.strip() and _indent(following) <= indent):
+                break
+            body.append(following)
+        solutions.append(textwrap.dedent("\n".join(body)).strip() + "\n")
+    return solutions
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
+
+
+def torch_threads() -> dict[str, str]:
+    """The environment that gives a test's torch one thread per worker, under pytest-xdist.
+
+    The workers are one per core (``-n auto``): with torch's default of one thread per core
+    each, they would take turns on both cores. A run without workers keeps the default, and
+    so do the docs builds the tests start.
+    """
+    return {"OMP_NUM_THREADS": "1"} if os.environ.get("PYTEST_XDIST_WORKER") else {}
+
+
+def run_as_a_reader(
+    python: str, script: Path, folder: Path, *, env: dict, cap: str | None = None
+) -> subprocess.CompletedProcess:
+    """Run ``script`` and its exercise solutions in a fresh ``python`` (tests/run_lesson.py),
+    from ``folder`` (an unrelated one: the lesson must find common through the installed
+    package), its pictures written there as graph_NNN.svg. Asserts it succeeded, wrote nothing
+    to stderr, and drew."""
+    env = {**env, **torch_threads(), "PT2E_COURSE_DRAW_DIR": str(folder)}
+    if cap:
+        from common.cpu import isa_environment
+
+        env.update(isa_environment(cap))
+    job = json.dumps([str(script), exercise_solutions(script), cap])
+    result = subprocess.run(
+        [python, str(RUNNER)],
+        input=job,
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    where = f"{script}" + (f" (kernels capped at {cap})" if cap else "")
+    assert result.returncode == 0, f"{where} failed:\n{result.stderr[-3000:]}"
+    assert result.stderr == "", f"{where} wrote to stderr:\n{result.stderr[-3000:]}"
+    assert list(folder.glob("graph_*.svg")), f"{where} drew no picture"
+    return result
+
+
+def assert_drew_the_sites_pictures(folder: Path, lang: str, relative: Path) -> None:
+    """The pictures a reader's run wrote into ``folder`` are, in order, those of the lesson's
+    page: a lesson's pictures depend on nothing but the lesson (not on the lessons the site
+    build ran before it in the same process, nor on the build being incremental). The run may
+    draw more (its solutions run after it)."""
+    drawn = sorted(folder.glob("graph_*.svg"))
+    pictures = ROOT / "docs" / lang / "lessons" / relative.parent / "images"
+    on_the_site = sorted(pictures.glob(f"sphx_glr_{relative.stem}_[0-9][0-9][0-9].svg"))
+    assert len(drawn) >= len(on_the_site), f"{relative} drew fewer pictures than its page shows"
+    differing = [
+        site_svg.name
+        for mine, site_svg in zip(drawn, on_the_site, strict=False)
+        if mine.read_bytes() != site_svg.read_bytes()
+    ]
+    assert not differing, f"run alone, {relative} drew other pictures than the site's {differing}"

@@ -8,6 +8,7 @@ runs ``.ci/run`` on a fresh clone (``--no-ci`` skips that): expect ~25 minutes.
 
 import argparse
 import contextlib
+import dataclasses
 import datetime
 import json
 import os
@@ -313,73 +314,99 @@ def measure_ci() -> float:
     return elapsed
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3, help="runs per cheap measurement")
-    parser.add_argument("--floor-only", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--m03-only", action="store_true", help="only the M03-3 speed table")
-    parser.add_argument("--no-ci", action="store_true", help="skip .ci/run on a fresh clone")
-    args = parser.parse_args()
-    if args.floor_only:
-        run_floor()
-        return
-    if args.m03_only:
-        lines = measure_m03()
-        print("\n".join(lines))
-        write_m03_section(lines)
-        return
+@dataclasses.dataclass
+class Measurements:
+    """What one ``nox -s bench`` run measured (seconds unless named otherwise)."""
 
+    repeat: int  # runs per cheap measurement
+    cpu: str  # torch's kernel path and threads
+    lessons: int  # lesson scripts of both languages
+    floor: float
+    modules: dict[str, dict[str, float]]  # module_seconds of the floor run
+    clean: float
+    noop: float
+    twins: float
+    edit: float
+    re_executed: int  # lesson pages the edit rebuild wrote again
+    tests: float
+    profile: list[tuple[str, float, int]]  # measure_tests' seconds per test function
+    ci: float | None  # None with --no-ci
+    draw_rows: list[dict]
+
+
+def measure(repeat: int, *, ci: bool) -> Measurements:
+    """Every measurement of RESULTS.md's tables, printing each step's name as it starts."""
     nox = shutil.which("nox") or "nox"
     docs = [nox, "-s", "docs"]
     print("floor: every lesson in one process ...", flush=True)
-    floor, per_lesson = measure_floor(args.repeat)
-    modules = module_seconds(per_lesson)
+    floor, per_lesson = measure_floor(repeat)
     print("clean build ...", flush=True)
     clean_generated()
     clean = timed(docs)
     print("no-op rebuild ...", flush=True)
-    noop = median_of(args.repeat, lambda: timed(docs))
+    noop = median_of(repeat, lambda: timed(docs))
     print("edit rebuild ...", flush=True)
-    twins = median_of(args.repeat, lambda: twins_run_time(EDITED_LESSON))
+    twins = median_of(repeat, lambda: twins_run_time(EDITED_LESSON))
     edit, re_executed = measure_edit_rebuild(docs)
     print("tests ...", flush=True)
     tests, profile = measure_tests(nox)
-    ci = None
-    if not args.no_ci:
+    ci_seconds = None
+    if ci:
         print("CI on a fresh clone ...", flush=True)
-        ci = measure_ci()
+        ci_seconds = measure_ci()
     print("draw ...", flush=True)
-    draw_rows = measure_draw(args.repeat)
+    draw_rows = measure_draw(repeat)
 
-    lessons = len(lesson_paths())
+    import torch
+
+    return Measurements(
+        repeat=repeat,
+        cpu=f"{torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} threads",
+        lessons=len(lesson_paths()),
+        floor=floor,
+        modules=module_seconds(per_lesson),
+        clean=clean,
+        noop=noop,
+        twins=twins,
+        edit=edit,
+        re_executed=re_executed,
+        tests=tests,
+        profile=profile,
+        ci=ci_seconds,
+        draw_rows=draw_rows,
+    )
+
+
+def check(m: Measurements) -> list[tuple[str, bool, str]]:
+    """Each target against its figure: (target, met, figures)."""
     checks = [
         (
             "clean build <= floor + 15 s",
-            clean <= floor + 15,
-            f"{clean:.1f} s vs {floor + 15:.1f} s",
+            m.clean <= m.floor + 15,
+            f"{m.clean:.1f} s vs {m.floor + 15:.1f} s",
         ),
-        ("no-op `nox -s docs` <= 3 s", noop <= 3, f"{noop:.1f} s"),
+        ("no-op `nox -s docs` <= 3 s", m.noop <= 3, f"{m.noop:.1f} s"),
         (
             "editing one lesson re-runs only its twins",
-            re_executed == len(LANGUAGES),
-            f"{re_executed} pages re-executed",
+            m.re_executed == len(LANGUAGES),
+            f"{m.re_executed} pages re-executed",
         ),
         (
             "... and costs <= their run time + 5 s",
-            edit <= twins + 5,
-            f"{edit:.1f} s vs {twins + 5:.1f} s",
+            m.edit <= m.twins + 5,
+            f"{m.edit:.1f} s vs {m.twins + 5:.1f} s",
         ),
-        ("`nox -s tests` <= 150 s", tests <= 150, f"{tests:.1f} s"),
+        ("`nox -s tests` <= 150 s", m.tests <= 150, f"{m.tests:.1f} s"),
     ]
     # What a module adds to a clean build: both languages' lessons, run at once on two cores.
     for module in NEW_MODULES:
-        added = sum(modules[module].values()) / len(LANGUAGES)
+        added = sum(m.modules[module].values()) / len(LANGUAGES)
         checks.append((f"{module} adds <= 45 s to a clean build", added <= 45, f"{added:.1f} s"))
-    if ci is not None:
+    if m.ci is not None:
         checks.append(
-            ("`bash .ci/run` on a fresh clone <= 15 min", ci <= 900, f"{ci / 60:.1f} min")
+            ("`bash .ci/run` on a fresh clone <= 15 min", m.ci <= 900, f"{m.ci / 60:.1f} min")
         )
-    for row in draw_rows:
+    for row in m.draw_rows:
         (ours_s, ours_bytes), (fx_s, fx_bytes) = row["draw"], row["fx"]
         ok = ours_s <= fx_s and ours_bytes <= fx_bytes
         detail = f"{ours_s / fx_s:.2f}x the time, {ours_bytes / fx_bytes:.2f}x the bytes"
@@ -393,32 +420,33 @@ def main() -> None:
                 f"(+{growth - 1:.0%})",
             )
         )
+    return checks
 
-    import torch
 
-    cpu = f"{torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} threads"
+def report(m: Measurements, checks: list[tuple[str, bool, str]]) -> str:
+    """RESULTS.md's measured part: the figures, the targets, each module, the tests' profile."""
     lines = [
         "# Benchmark results",
         "",
         f"Measured {datetime.date.today().isoformat()} with `nox -s bench` "
-        f"(`python benchmarks/bench.py --repeat {args.repeat}`) on {os.cpu_count()} cores "
-        f"(CPU {cpu}); medians of {args.repeat} runs for floor, no-op rebuild, twins and draw, "
+        f"(`python benchmarks/bench.py --repeat {m.repeat}`) on {os.cpu_count()} cores "
+        f"(CPU {m.cpu}); medians of {m.repeat} runs for floor, no-op rebuild, twins and draw, "
         "single runs otherwise, all in this one run. The machine is shared: figures move by "
         "10-20 % between runs.",
         "",
         "| measurement | value |",
         "| --- | --- |",
-        f"| floor: {lessons} lessons of both languages in one process | {floor:.1f} s |",
-        f"| clean build, both languages concurrently (`nox -s docs`) | {clean:.1f} s |",
-        f"| no-op rebuild (`nox -s docs`) | {noop:.1f} s |",
-        f"| {EDITED_LESSON.name} twins run as scripts, at once | {twins:.1f} s |",
-        f"| edit rebuild, {EDITED_LESSON.name} twins changed | {edit:.1f} s, "
-        f"{re_executed} lesson pages re-executed |",
-        f"| tests (`nox -s tests`, venv present) | {tests:.1f} s |",
+        f"| floor: {m.lessons} lessons of both languages in one process | {m.floor:.1f} s |",
+        f"| clean build, both languages concurrently (`nox -s docs`) | {m.clean:.1f} s |",
+        f"| no-op rebuild (`nox -s docs`) | {m.noop:.1f} s |",
+        f"| {EDITED_LESSON.name} twins run as scripts, at once | {m.twins:.1f} s |",
+        f"| edit rebuild, {EDITED_LESSON.name} twins changed | {m.edit:.1f} s, "
+        f"{m.re_executed} lesson pages re-executed |",
+        f"| tests (`nox -s tests`, venv present) | {m.tests:.1f} s |",
     ]
-    if ci is not None:
-        lines.append(f"| `bash .ci/run` on a fresh clone (apt packages present) | {ci:.0f} s |")
-    for row in draw_rows:
+    if m.ci is not None:
+        lines.append(f"| `bash .ci/run` on a fresh clone (apt packages present) | {m.ci:.0f} s |")
+    for row in m.draw_rows:
         (ours_s, ours_bytes), (fx_s, fx_bytes) = row["draw"], row["fx"]
         lines.append(
             f"| draw, {row['layers']}-layer encoder ({row['nodes']} nodes) | "
@@ -443,28 +471,43 @@ def main() -> None:
         f"| {module} | "
         + " | ".join(f"{by_lang.get(lang, 0.0):.1f} s" for lang in LANGUAGES)
         + f" | {sum(by_lang.values()) / len(LANGUAGES):.1f} s |"
-        for module, by_lang in modules.items()
+        for module, by_lang in m.modules.items()
     ]
-    total = sum(seconds for _, seconds, _ in profile)
+    total = sum(seconds for _, seconds, _ in m.profile)
     lines += [
         "",
         "## Where the test session's time goes",
         "",
         f"pytest's `--durations=0` of that `nox -s tests` run, summed per test function over its "
         f"parameters: {total:.0f} s of worker time on {os.cpu_count()} workers, "
-        f"{tests:.0f} s of wall time.",
+        f"{m.tests:.0f} s of wall time.",
         "",
         "| test | runs | seconds | share |",
         "| --- | --- | --- | --- |",
     ]
     lines += [
         f"| `{name}` | {runs} | {seconds:.1f} | {seconds / total:.0%} |"
-        for name, seconds, runs in profile[:15]
+        for name, seconds, runs in m.profile[:15]
     ]
-    report = "\n".join(lines) + "\n"
-    print(report)
-    RESULTS.write_text(report + kept_notes(), encoding="utf-8")
-    print("M03-3 speed and size ...", flush=True)
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3, help="runs per cheap measurement")
+    parser.add_argument("--floor-only", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--m03-only", action="store_true", help="only the M03-3 speed table")
+    parser.add_argument("--no-ci", action="store_true", help="skip .ci/run on a fresh clone")
+    args = parser.parse_args()
+    if args.floor_only:
+        run_floor()
+        return
+    if not args.m03_only:
+        measured = measure(args.repeat, ci=not args.no_ci)
+        results = report(measured, check(measured))
+        print(results)
+        RESULTS.write_text(results + kept_notes(), encoding="utf-8")
+        print("M03-3 speed and size ...", flush=True)
     m03 = measure_m03()
     print("\n".join(m03))
     write_m03_section(m03)

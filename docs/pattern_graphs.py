@@ -10,6 +10,22 @@ one once. tests/test_handmade.py checks that a remembered graph is the freshly e
 
 Part of the site's build and of the tests, as the inductor cache is, and never of a lesson: a
 lesson run as a script exports the patterns as torchao does, and prints what its page shows.
+
+What it does not cover: the build patches the modules loaded before a lesson starts
+(docs/course_gallery.reset, once torchao is loaded), so in each Sphinx process the first lesson
+that imports torchao, and the first that imports ExecuTorch's quantizer (M06-1 in a clean
+build: its ``xnnpack_quantizer_utils`` holds the exporter under its own name), export the
+patterns they use themselves; so do the lessons the tests run in a fresh Python, and every
+pattern ``pattern_key`` cannot key.
+
+Upstream: no issue or pull request names this in pytorch/executorch or pytorch/ao as of
+executorch 1.5.1 and torchao 0.18.0 (the closest is pytorch/pytorch#116440, which made
+``convert_pt2e`` skip the conv-bn fold on a graph without BatchNorm and left caching the
+patterns as a follow-up). A fix upstream: ``XNNPACKQuantizer`` runs its conv-bn annotators only
+when the graph holds a BatchNorm (``prepare_pt2e`` folds each conv-BatchNorm pair before it
+annotates a PTQ graph, so they rarely match there), and torchao memoizes
+``_get_aten_graph_module_for_pattern``, returning a copy per call, as this module does. Drop
+this module with the first releases that do both.
 """
 
 import copy

@@ -11,13 +11,20 @@ import torch
 
 __all__ = ["ISA_PATHS", "CpuInfo", "describe", "isa_environment", "run_under_isa", "weaker_paths"]
 
-#: The kernel paths a lesson can ask for, weakest first, and the variables that cap oneDNN's
-#: and ATen's instruction sets in a fresh process (both are read once, at first use, so they
-#: cannot change inside a running interpreter). A cap never raises a path above what the
-#: hardware has; ATen is capped only on the AVX2 path, since AVX512 is its best on x86.
+#: The kernel paths a lesson can ask for, weakest first, and the variables that cap oneDNN's,
+#: ATen's and MKL's instruction sets in a fresh process (each is read once, at first use, so
+#: they cannot change inside a running interpreter). A cap never raises a path above what the
+#: hardware has; ATen is capped only on the AVX2 path, since AVX512 is its best on x86. MKL
+#: ignores oneDNN's and ATen's caps, and ``torch.compile`` with freezing runs static float
+#: linears on MKL (``mkl::_mkl_linear``): without its own cap, "AVX2" float linears would still
+#: run AVX-512 (``MKL_VERBOSE=1`` prints the ISA each MKL call took).
 ISA_PATHS = {
-    "AVX2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"},
-    "AVX512_CORE": {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE"},
+    "AVX2": {
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+    },
+    "AVX512_CORE": {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE", "MKL_ENABLE_INSTRUCTIONS": "AVX512"},
     "AVX512_CORE_VNNI": {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_VNNI"},
 }
 
@@ -168,8 +175,9 @@ def isa_environment(isa: str) -> dict:
     Raises:
         ValueError: for an unknown ``isa``; the message lists the valid ones.
 
-    >>> isa_environment("AVX2")
-    {'ONEDNN_MAX_CPU_ISA': 'AVX2', 'ATEN_CPU_CAPABILITY': 'avx2'}
+    >>> isa_environment("AVX2")  # doctest: +NORMALIZE_WHITESPACE
+    {'ONEDNN_MAX_CPU_ISA': 'AVX2', 'ATEN_CPU_CAPABILITY': 'avx2',
+     'MKL_ENABLE_INSTRUCTIONS': 'AVX2'}
     >>> isa_environment("SSE")
     Traceback (most recent call last):
     ...
@@ -208,8 +216,8 @@ def run_under_isa(isa: str, source: str, *, timeout: float = 900) -> dict:
     """
     env = {**os.environ, **isa_environment(isa)}
     if isa == "native":
-        env.pop("ONEDNN_MAX_CPU_ISA", None)
-        env.pop("ATEN_CPU_CAPABILITY", None)
+        for variable in {name for path in ISA_PATHS.values() for name in path}:
+            env.pop(variable, None)
     root = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     program = "\n".join(

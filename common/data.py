@@ -40,25 +40,34 @@ _CACHE = _CHECKOUT / "build" / "cache" if (_CHECKOUT / "pyproject.toml").exists(
 class DigitsCNN(nn.Module):
     """Three conv + BatchNorm + ReLU blocks and two linear layers, for 1×8×8 digit images.
 
-    conv1 (1→8) → conv2 (8→16) → 2×2 max pool → conv3 (16→16) → fc1 (256→32) → fc2 (32→10).
-    Every activation has its own ``nn.ReLU`` (PT2E annotates each use separately).
+    conv1 (1→8) → conv2 (8→16) → 2×2 max pool → conv3 (16→16) → fc1 (256→32) → fc2 (32→10),
+    every width but the input's and the output's multiplied by ``width``. Every activation
+    has its own ``nn.ReLU`` (PT2E annotates each use separately).
+
+    Args:
+        width: multiplies the channels and fc1's features. 1 (the default) is the course's
+            small model; int8 kernels need wider layers to pay (the quickstart uses 8:
+            64 and 128 channels fill 64-byte int8 vectors).
     """
 
-    def __init__(self):
+    def __init__(self, width: int = 1):
         super().__init__()
-        self.conv1 = nn.Conv2d(1, 8, kernel_size=3, padding=1)
-        self.bn1 = nn.BatchNorm2d(8)
+        if isinstance(width, bool) or not isinstance(width, int) or width < 1:
+            raise ValueError(f"width must be a positive integer, got {width!r}")
+        c1, c2, features = 8 * width, 16 * width, 32 * width
+        self.conv1 = nn.Conv2d(1, c1, kernel_size=3, padding=1)
+        self.bn1 = nn.BatchNorm2d(c1)
         self.relu1 = nn.ReLU()
-        self.conv2 = nn.Conv2d(8, 16, kernel_size=3, padding=1)
-        self.bn2 = nn.BatchNorm2d(16)
+        self.conv2 = nn.Conv2d(c1, c2, kernel_size=3, padding=1)
+        self.bn2 = nn.BatchNorm2d(c2)
         self.relu2 = nn.ReLU()
         self.pool = nn.MaxPool2d(2)
-        self.conv3 = nn.Conv2d(16, 16, kernel_size=3, padding=1)
-        self.bn3 = nn.BatchNorm2d(16)
+        self.conv3 = nn.Conv2d(c2, c2, kernel_size=3, padding=1)
+        self.bn3 = nn.BatchNorm2d(c2)
         self.relu3 = nn.ReLU()
-        self.fc1 = nn.Linear(16 * 4 * 4, 32)
+        self.fc1 = nn.Linear(c2 * 4 * 4, features)
         self.relu4 = nn.ReLU()
-        self.fc2 = nn.Linear(32, 10)
+        self.fc2 = nn.Linear(features, 10)
 
     def forward(self, x):
         x = self.relu1(self.bn1(self.conv1(x)))
@@ -169,8 +178,10 @@ def fit(model: nn.Module, *, epochs: int, seed: int = 0, lr: float = _LEARNING_R
     return losses
 
 
-def train_digits_cnn(*, seed: int = 0, epochs: int = EPOCHS, cache: bool = True) -> DigitsCNN:
-    """Return a :class:`DigitsCNN` trained on the train split, in eval mode.
+def train_digits_cnn(
+    *, width: int = 1, seed: int = 0, epochs: int = EPOCHS, cache: bool = True
+) -> DigitsCNN:
+    """Return a :class:`DigitsCNN` of ``width`` trained on the train split, in eval mode.
 
     Training is deterministic per kernel path: the same ``seed`` and ``epochs`` give the same
     weights bit for bit in any process whose CPU takes the same float kernels
@@ -181,6 +192,7 @@ def train_digits_cnn(*, seed: int = 0, epochs: int = EPOCHS, cache: bool = True)
     instead of training again.
 
     Args:
+        width: the model's width multiplier (:class:`DigitsCNN`).
         seed: seeds the initial weights and the order of the batches.
         epochs: passes over the train split.
         cache: set ``False`` to train afresh and leave the cache alone.
@@ -189,9 +201,11 @@ def train_digits_cnn(*, seed: int = 0, epochs: int = EPOCHS, cache: bool = True)
         DigitsCNN: the trained model, in eval mode.
 
     Raises:
-        ValueError: if ``seed`` is not an integer or ``epochs`` not a positive integer.
+        ValueError: if ``width`` or ``epochs`` is not a positive integer or ``seed`` not an
+            integer.
     """
-    return _trained(DigitsCNN, f"digits_cnn-{_SOURCE_HASH}", seed=seed, epochs=epochs, cache=cache)
+    name = f"digits_cnn-{_SOURCE_HASH}" + (f"-w{width}" if width != 1 else "")
+    return _trained(lambda: DigitsCNN(width), name, seed=seed, epochs=epochs, cache=cache)
 
 
 def _trained(make, name: str, *, seed, epochs, cache: bool, lr: float = _LEARNING_RATE):

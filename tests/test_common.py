@@ -609,9 +609,13 @@ def test_weaker_paths_are_those_a_cap_can_reach(path, weaker):
     assert weaker_paths(cpu=replace(describe(), onednn=path)) == weaker
 
 
-def test_isa_environment_caps_both_libraries_and_refuses_unknown_names():
+def test_isa_environment_caps_every_library_and_refuses_unknown_names():
     assert isa_environment("native") == {}
-    assert isa_environment("AVX2") == {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
+    assert isa_environment("AVX2") == {
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "MKL_ENABLE_INSTRUCTIONS": "AVX2",  # torch.compile's float linears run on MKL
+    }
     assert all(isa_environment(isa)["ONEDNN_MAX_CPU_ISA"] == isa for isa in ISA_PATHS)
     with pytest.raises(ValueError, match=r"unknown ISA 'avx2' \(one of: native, AVX2, "):
         isa_environment("avx2")

@@ -2,8 +2,9 @@
 Troubleshooting: lowering and speed
 ===================================
 
-After ``convert_pt2e``: an int8 model slower than the float one, a lowered graph that fails
-when run, and a transformer whose attention stays in float. Each entry is headed by the exact
+After ``convert_pt2e``: an int8 model slower than the float one, a compiled int8 model that
+silently runs float (grad on, or a recompile without freezing), a lowered graph that fails when
+run, and a transformer whose attention stays in float. Each entry is headed by the exact
 first line of the message (or the symptom in a reader's words), reproduces it on this site's
 stack (torch 2.13, torchao 0.18), shows the cause, asserts the fix, and links to the lesson
 that explains it.
@@ -17,21 +18,30 @@ that explains it.
 # %%
 # Setup
 # -----
-# ``small_cnn`` quantized with ``X86InductorQuantizer``, as the lowering lessons do.
+# The quickstart's digits CNN (eight times the width of M04's) and ``small_cnn``, quantized
+# with ``X86InductorQuantizer`` as the lowering lessons do.
+
+import copy
+import warnings
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch._dynamo.utils import counters
 from torch._inductor import config as inductor_config
 
+from common.data import digits, export_digits_model, train_digits_cnn
 from common.expect import expect_error
+from common.kernels import kernels_run
 from common.lowering import reshape_views
 from common.models import example_inputs, get_model
 from common.pt2e import export_module, quiet, x86_quantizer
-from common.timing import compare_speed
+from common.timing import compare_speed, race, timing_threads
 from common.viz import draw
 
 quiet()
+# inductor's int8 lowering copies a zero-point tensor in a way torch itself warns about.
+warnings.filterwarnings("ignore", message="To copy construct from a tensor", category=UserWarning)
 
 from torchao.quantization.pt2e.lowering import lower_pt2e_quantized_to_x86
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
@@ -47,7 +57,17 @@ def quantize(model, args) -> torch.fx.GraphModule:
     return convert_pt2e(prepared)
 
 
+def quantize_digits(model) -> torch.fx.GraphModule:
+    prepared = prepare_pt2e(export_digits_model(model), x86_quantizer())  # a dynamic batch
+    with torch.no_grad():
+        prepared(digits("calibration")[0])
+    return convert_pt2e(prepared)
+
+
 simulated = quantize(floating, x)
+wide = train_digits_cnn(width=8)
+wide_int8, narrow = quantize_digits(wide), quantize_digits(train_digits_cnn())
+images = digits("test")[0]
 
 # %%
 # int8 is slower than float
@@ -55,7 +75,7 @@ simulated = quantize(floating, x)
 # The model that ``convert_pt2e`` returns runs slower than the float model it came from. The
 # timings (one thread, interleaved rounds; printed, never asserted):
 
-print(compare_speed({"fp32": floating, "int8 q/dq": simulated}, x, rounds=20).table())
+print(compare_speed({"fp32": wide, "int8 q/dq": wide_int8}, (images,), rounds=10).table())
 
 # %%
 # **Cause**, on the graph: nothing in it computes in int8. Each conv and linear still runs in
@@ -64,31 +84,120 @@ print(compare_speed({"fp32": floating, "int8 q/dq": simulated}, x, rounds=20).ta
 
 floats = [
     n.name
-    for n in simulated.graph.nodes
+    for n in wide_int8.graph.nodes
     if n.target in (torch.ops.aten.conv2d.default, torch.ops.aten.linear.default)
 ]
-draw(simulated, highlight=floats, title="After convert_pt2e: float conv and linear between q/dq")
-assert len(floats) == 2, "the conv and the linear still compute in float"
+draw(wide_int8, highlight=floats, title="After convert_pt2e: float convs and linears between q/dq")
+assert len(floats) == 5, "the three convs and two linears still compute in float"
+print(f"kernels the q/dq model runs: {kernels_run(wide_int8, (images,)).summary}")
 
 # %%
-# **Fix**: lower the graph to int8 kernels. ``torch.compile`` does it only with
-# ``torch._inductor.config.freezing = True``, which is off by default (that is the trap:
-# without it the compiled int8 model is still simulated); eagerly,
-# ``lower_pt2e_quantized_to_x86`` does it (and needs the fix of the next entry). Whether int8
-# then beats fp32 depends on the model's size and on the CPU; see the measurements in
-# :ref:`M03-3 · Speed and size, measured <sphx_glr_lessons_m03_lowering_m03_3_speed_and_size.py>`.
+# **Fix**: compile both models with ``torch.compile`` and
+# ``torch._inductor.config.freezing = True`` (off by default: that is the trap; without it the
+# compiled int8 model is still simulated), under ``torch.no_grad()``, at the thread count you
+# time with, and check which kernels ran. ``common.timing.race`` does all of it. On a CPU with
+# VNNI, int8 now runs several times faster than fp32; without VNNI the lead is smaller
+# (:ref:`M03-3 · Speed and size, measured
+# <sphx_glr_lessons_m03_lowering_m03_3_speed_and_size.py>`). Eagerly,
+# ``lower_pt2e_quantized_to_x86`` gives int8 kernels too (and needs the fix of a later entry).
 
 assert inductor_config.freezing is False, "freezing is off unless you turn it on"
-lowered = lower_pt2e_quantized_to_x86(simulated, x)
-reshape_views(lowered)
-int8_ops = [n.name for n in lowered.graph.nodes if "onednn" in str(n.target)]
-print(f"int8 kernels: {int8_ops}")
-assert len(int8_ops) == 2, "the conv and the linear now run as oneDNN int8 kernels"
-print(
-    compare_speed(
-        {"fp32": floating, "int8 q/dq": simulated, "int8 lowered": lowered}, x, rounds=20
-    ).table()
-)
+raced = race({"fp32": wide, "int8": wide_int8}, (images,), rounds=10)
+print(raced.table())
+assert not raced.kernels["int8"].float, "no float conv or linear is left"
+print(f"int8 runs {raced.ratio('fp32', 'int8'):.2f}× as fast as fp32")
+
+# %%
+# The compiled int8 model runs float convs (freezing on, grad on)
+# ---------------------------------------------------------------
+# Freezing is on, the model compiled without an error, and yet the profiler shows float convs
+# and matmuls, no int8 kernel: the model was compiled and called with autograd on.
+
+threads = torch.get_num_threads()
+torch.set_num_threads(timing_threads())  # compile and run at one thread count (race's rule)
+inductor_config.freezing = True
+graded = torch.compile(copy.deepcopy(narrow))
+graded(images)  # grad is on: the default outside torch.no_grad()
+ran = kernels_run(graded, (images,))
+print(f"grad on: {ran.summary}")
+assert ran.float and not ran.int8, "float convs, no int8 kernel"
+
+# %%
+# **Cause**: inductor freezes only when grad is off (``torch/_inductor/compile_fx.py``:
+# ``if config.freezing and not torch.is_grad_enabled()``); with grad on it compiles the model
+# for training, weights as inputs, and finds no int8 pattern. No warning says so.
+#
+# **Fix**: compile and call it under ``torch.no_grad()`` (or ``torch.inference_mode()``).
+# Dynamo guards on the grad mode, so the same compiled model recompiles, frozen.
+
+with torch.no_grad():
+    graded(images)
+    ran = kernels_run(graded, (images,))
+print(f"no_grad: {ran.summary}")
+assert ran.int8 and not ran.float, "int8 kernels only"
+
+# %%
+# The counters say int8, the profiler says float
+# ----------------------------------------------
+# Inductor's counters report the int8 convs it prepacked, yet the model runs float convs. The
+# freezing was set with ``config.patch`` around the first call, and a later call with another
+# input shape (or after ``torch._dynamo.reset()``) recompiled outside that block.
+
+inductor_config.freezing = False
+counters.clear()
+with inductor_config.patch(freezing=True), torch.no_grad():
+    patched = torch.compile(copy.deepcopy(narrow))
+    patched(images)
+packed = counters["inductor"]["qconv_weight_prepack_matcher_count"]
+with torch.no_grad():
+    patched(images[:100])  # another batch size: dynamo recompiles, now without freezing
+    ran = kernels_run(patched, (images[:100],))
+print(f"convs prepacked, says inductor: {packed}; batch of 100 ran {ran.summary}")
+assert packed == 3 and ran.float and not ran.int8, "the counters describe the first compile"
+
+# %%
+# **Cause**: ``config.patch`` sets freezing only while the block runs; a recompile happens at
+# the call that needs it, outside the block, with the default (off). The counters are a
+# compile-time record: they still show the first compile's prepacks.
+#
+# **Fix**: set ``torch._inductor.config.freezing = True`` for the process, compile with
+# ``dynamic=False`` (the next entry says why), and check the kernels with the profiler
+# (``common.kernels.kernels_run``) on the shapes you serve. ``common.timing.race`` does all
+# three. Each new batch size now compiles once more, frozen.
+
+inductor_config.freezing = True
+with torch.no_grad():
+    steady = torch.compile(copy.deepcopy(narrow), dynamic=False)
+    steady(images)
+    steady(images[:100])
+    ran = kernels_run(steady, (images[:100],))
+print(f"freezing for the process, batch of 100: {ran.summary}")
+assert ran.int8 and not ran.float, "the recompile is frozen too"
+
+# %%
+# AssertionError: expected size 8==8, stride 1==64 at dim=1
+# ---------------------------------------------------------
+# A frozen int8 model, compiled with the default ``dynamic=None``, runs on its first batch
+# size and fails on the second. The message goes on with the other dimensions, then
+# "Error in op: ... _register_quantized_conv_lowering".
+
+with torch.no_grad():
+    dynamic = torch.compile(copy.deepcopy(narrow))
+    dynamic(images)
+    with expect_error(AssertionError, match="expected size 8==8, stride 1==64 at dim=1"):
+        dynamic(images[:100])
+
+# %%
+# **Cause**: on the second batch size dynamo recompiles with a *dynamic* batch dimension.
+# In that code inductor checks the int8 conv's output for a contiguous (NCHW) layout, stride
+# 64 across the 8 channels, while oneDNN's int8 conv returns it channels-last (NHWC), stride 1:
+# two parts of inductor disagree (torch 2.13, torchao 0.18).
+#
+# **Fix**: ``torch.compile(model, dynamic=False)``: every batch size gets code of its own,
+# frozen, as the previous entry showed. Serve a few fixed batch sizes, or pad to them.
+
+inductor_config.freezing = False
+torch.set_num_threads(threads)
 
 # %%
 # RuntimeError: view size is not compatible with input tensor\'s size and stride
@@ -100,11 +209,14 @@ print(
 failing = lower_pt2e_quantized_to_x86(simulated, x)
 with expect_error(RuntimeError, match="view size is not compatible"):
     failing(*x)
+lowered = lower_pt2e_quantized_to_x86(simulated, x)
 
 # %%
 # **Cause**, on the graph: oneDNN's int8 conv returns a **channels-last** tensor (NHWC in
 # memory); the ``view`` that ``flatten`` was traced to (highlighted) cannot regroup an NHWC
-# tensor without copying. ``torch.compile`` chooses its own layouts and is not affected.
+# tensor without copying. ``torch.compile`` of this lowered graph fails the same way (its
+# fake tensors have the same strides, M03-1); compiling the q/dq graph with freezing works,
+# since inductor then lowers it itself and picks the layouts.
 
 views = failing.graph.find_nodes(op="call_function", target=torch.ops.aten.view.default)
 draw(failing, highlight=[n.name for n in views], title="The view after the int8 conv")
@@ -116,6 +228,7 @@ assert len(views) == 1
 # :ref:`M03-1 · The lowered graph <sphx_glr_lessons_m03_lowering_m03_1_lowered_graph.py>`.
 
 print(f"changed: {reshape_views(failing)}")
+reshape_views(lowered)
 assert torch.equal(failing(*x), lowered(*x)), "the fixed graph runs, and gives the same values"
 
 # %%
@@ -152,8 +265,8 @@ for node in encoder.graph.find_nodes(op="call_function", target=torch.ops.aten.l
 # %%
 # **Fix**: write the attention with an ``nn.Linear`` per projection and
 # ``F.scaled_dot_product_attention``; all four projections then get int8 weights. Explained in
-# :ref:`M02-1 · What a quantizer writes
-# <sphx_glr_lessons_m02_by_hand_m02_1_what_a_quantizer_writes.py>`.
+# :ref:`M05-1 · What the quantizer sees in attention
+# <sphx_glr_lessons_m05_transformers_m05_1_attention.py>`.
 
 
 class Attention(nn.Module):

@@ -2,8 +2,9 @@
 疑難排解：lowering 與速度
 =========================
 
-``convert_pt2e`` 之後：比浮點模型還慢的 int8 模型、一執行就失敗的 lowering 後的圖，以及
-attention 仍是浮點數的 Transformer。每個條目的標題是錯誤訊息的第一行原文（或讀者口中的症狀），
+``convert_pt2e`` 之後：比浮點模型還慢的 int8 模型、編譯後卻默默執行浮點數的 int8 模型（開著
+梯度，或重新編譯時沒有 freezing）、一執行就失敗的 lowering 後的圖，以及 attention 仍是浮點數的
+Transformer。每個條目的標題是錯誤訊息的第一行原文（或讀者口中的症狀），
 在本站的環境（torch 2.13、torchao 0.18）上重現它，指出原因，以 assert 驗證修正方法，並連到
 解釋它的那一課。
 
@@ -16,21 +17,30 @@ attention 仍是浮點數的 Transformer。每個條目的標題是錯誤訊息�
 # %%
 # 準備
 # ----
-# 和 lowering 的幾課一樣，用 ``X86InductorQuantizer`` 量化 ``small_cnn`` 。
+# 快速入門的手寫數字 CNN（寬度是 M04 那個的八倍）與 ``small_cnn`` ，和 lowering 的幾課一樣用
+# ``X86InductorQuantizer`` 量化。
+
+import copy
+import warnings
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch._dynamo.utils import counters
 from torch._inductor import config as inductor_config
 
+from common.data import digits, export_digits_model, train_digits_cnn
 from common.expect import expect_error
+from common.kernels import kernels_run
 from common.lowering import reshape_views
 from common.models import example_inputs, get_model
 from common.pt2e import export_module, quiet, x86_quantizer
-from common.timing import compare_speed
+from common.timing import compare_speed, race, timing_threads
 from common.viz import draw
 
 quiet()
+# inductor 的 int8 lowering 複製 zero point 張量的方式，會觸發 torch 自己的警告。
+warnings.filterwarnings("ignore", message="To copy construct from a tensor", category=UserWarning)
 
 from torchao.quantization.pt2e.lowering import lower_pt2e_quantized_to_x86
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
@@ -46,7 +56,17 @@ def quantize(model, args) -> torch.fx.GraphModule:
     return convert_pt2e(prepared)
 
 
+def quantize_digits(model) -> torch.fx.GraphModule:
+    prepared = prepare_pt2e(export_digits_model(model), x86_quantizer())  # 動態批次
+    with torch.no_grad():
+        prepared(digits("calibration")[0])
+    return convert_pt2e(prepared)
+
+
 simulated = quantize(floating, x)
+wide = train_digits_cnn(width=8)
+wide_int8, narrow = quantize_digits(wide), quantize_digits(train_digits_cnn())
+images = digits("test")[0]
 
 # %%
 # int8 比浮點數還慢
@@ -54,7 +74,7 @@ simulated = quantize(floating, x)
 # ``convert_pt2e`` 回傳的模型比原本的浮點模型還慢。計時結果（單一執行緒、交錯輪流量測；
 # 只印出，從不 assert）：
 
-print(compare_speed({"fp32": floating, "int8 q/dq": simulated}, x, rounds=20).table())
+print(compare_speed({"fp32": wide, "int8 q/dq": wide_int8}, (images,), rounds=10).table())
 
 # %%
 # **原因**，在圖上看：圖裡沒有任何運算用 int8 計算。每個 conv 與 linear 仍然用浮點數執行，
@@ -62,30 +82,117 @@ print(compare_speed({"fp32": floating, "int8 q/dq": simulated}, x, rounds=20).ta
 
 floats = [
     n.name
-    for n in simulated.graph.nodes
+    for n in wide_int8.graph.nodes
     if n.target in (torch.ops.aten.conv2d.default, torch.ops.aten.linear.default)
 ]
-draw(simulated, highlight=floats, title="convert_pt2e 之後：夾在 q/dq 之間的浮點 conv 與 linear")
-assert len(floats) == 2, "conv 與 linear 仍然用浮點數計算"
+draw(wide_int8, highlight=floats, title="convert_pt2e 之後：夾在 q/dq 之間的浮點 conv 與 linear")
+assert len(floats) == 5, "三個 conv 與兩個 linear 仍然用浮點數計算"
+print(f"q/dq 模型執行的 kernel：{kernels_run(wide_int8, (images,)).summary}")
 
 # %%
-# **修正**：把圖下放（lowering）到 int8 kernel。``torch.compile`` 只有在
-# ``torch._inductor.config.freezing = True`` 時才會這麼做，而它預設是關閉的（這就是陷阱：
-# 沒有它，編譯後的 int8 模型仍然只是模擬）；不編譯時，用 ``lower_pt2e_quantized_to_x86``
-# （還需要下一個條目的修正）。int8 之後是否比 fp32 快，取決於模型大小與 CPU；量測見
-# :ref:`M03-3 · 量測速度與大小 <sphx_glr_lessons_m03_lowering_m03_3_speed_and_size.py>`。
+# **修正**：用 ``torch.compile`` 編譯兩個模型，並設定
+# ``torch._inductor.config.freezing = True`` （預設是關閉的：這就是陷阱；沒有它，編譯後的 int8
+# 模型仍然只是模擬），在 ``torch.no_grad()`` 之下、用計時時的執行緒數編譯，再檢查實際執行的
+# kernel。``common.timing.race`` 全都做到了。在有 VNNI 的 CPU 上，int8 現在比 fp32 快好幾倍；
+# 沒有 VNNI 時領先得少一些（:ref:`M03-3 · 量測速度與大小
+# <sphx_glr_lessons_m03_lowering_m03_3_speed_and_size.py>`）。不編譯時，
+# ``lower_pt2e_quantized_to_x86`` 也能換成 int8 kernel（還需要後面一個條目的修正）。
 
 assert inductor_config.freezing is False, "除非你打開，freezing 是關閉的"
-lowered = lower_pt2e_quantized_to_x86(simulated, x)
-reshape_views(lowered)
-int8_ops = [n.name for n in lowered.graph.nodes if "onednn" in str(n.target)]
-print(f"int8 kernel：{int8_ops}")
-assert len(int8_ops) == 2, "conv 與 linear 現在以 oneDNN 的 int8 kernel 執行"
-print(
-    compare_speed(
-        {"fp32": floating, "int8 q/dq": simulated, "int8 lowered": lowered}, x, rounds=20
-    ).table()
-)
+raced = race({"fp32": wide, "int8": wide_int8}, (images,), rounds=10)
+print(raced.table())
+assert not raced.kernels["int8"].float, "沒有留下任何浮點數的 conv 或 linear"
+print(f"int8 的速度是 fp32 的 {raced.ratio('fp32', 'int8'):.2f} 倍")
+
+# %%
+# 編譯後的 int8 模型執行浮點數 conv（freezing 開著，梯度也開著）
+# --------------------------------------------------------------
+# freezing 已經打開，模型編譯時也沒有任何錯誤，profiler 卻只看到浮點數的 conv 與矩陣乘法，
+# 沒有任何 int8 kernel：模型是在開著 autograd 的情況下編譯與呼叫的。
+
+threads = torch.get_num_threads()
+torch.set_num_threads(timing_threads())  # 編譯與執行用同一個執行緒數（race 的規則）
+inductor_config.freezing = True
+graded = torch.compile(copy.deepcopy(narrow))
+graded(images)  # 梯度開著：在 torch.no_grad() 之外的預設
+ran = kernels_run(graded, (images,))
+print(f"開著梯度：{ran.summary}")
+assert ran.float and not ran.int8, "浮點數 conv，沒有 int8 kernel"
+
+# %%
+# **原因**：inductor 只在關閉梯度時才會凍結（ ``torch/_inductor/compile_fx.py`` ：
+# ``if config.freezing and not torch.is_grad_enabled()`` ）；開著梯度時，它為訓練編譯模型，
+# weight 是輸入，找不到 int8 的樣式，也沒有任何警告。
+#
+# **修正**：在 ``torch.no_grad()`` （或 ``torch.inference_mode()`` ）之下編譯與呼叫。dynamo
+# 的 guard 會檢查梯度模式，所以同一個編譯過的模型會重新編譯，這次有凍結。
+
+with torch.no_grad():
+    graded(images)
+    ran = kernels_run(graded, (images,))
+print(f"no_grad：{ran.summary}")
+assert ran.int8 and not ran.float, "只有 int8 kernel"
+
+# %%
+# 計數器說是 int8，profiler 卻說是浮點數
+# -------------------------------------
+# inductor 的計數器回報它預先打包了 int8 conv，模型執行的卻是浮點數 conv。原因是 freezing 用
+# ``config.patch`` 包在第一次呼叫外面，而之後用另一個輸入形狀的呼叫（或在
+# ``torch._dynamo.reset()`` 之後）在區塊外重新編譯。
+
+inductor_config.freezing = False
+counters.clear()
+with inductor_config.patch(freezing=True), torch.no_grad():
+    patched = torch.compile(copy.deepcopy(narrow))
+    patched(images)
+packed = counters["inductor"]["qconv_weight_prepack_matcher_count"]
+with torch.no_grad():
+    patched(images[:100])  # 另一個批次大小：dynamo 重新編譯，這次沒有 freezing
+    ran = kernels_run(patched, (images[:100],))
+print(f"inductor 說預先打包的 conv：{packed} 個；批次 100 執行的是 {ran.summary}")
+assert packed == 3 and ran.float and not ran.int8, "計數器描述的是第一次編譯"
+
+# %%
+# **原因**：``config.patch`` 只在區塊執行期間開啟 freezing；重新編譯發生在需要它的那次呼叫，
+# 在區塊之外，用的是預設值（關閉）。計數器是編譯時的紀錄：它仍然顯示第一次編譯的預先打包。
+#
+# **修正**：把 ``torch._inductor.config.freezing = True`` 設在整個行程，用 ``dynamic=False``
+# 編譯（原因見下一個條目），並在你要服務的形狀上用 profiler（ ``common.kernels.kernels_run`` ）
+# 檢查 kernel。``common.timing.race`` 三件事都做了。現在每個新的批次大小會再編譯一次，同樣
+# 有凍結。
+
+inductor_config.freezing = True
+with torch.no_grad():
+    steady = torch.compile(copy.deepcopy(narrow), dynamic=False)
+    steady(images)
+    steady(images[:100])
+    ran = kernels_run(steady, (images[:100],))
+print(f"freezing 設在整個行程，批次 100：{ran.summary}")
+assert ran.int8 and not ran.float, "重新編譯也有凍結"
+
+# %%
+# AssertionError: expected size 8==8, stride 1==64 at dim=1
+# ---------------------------------------------------------
+# 一個凍結的 int8 模型，以預設的 ``dynamic=None`` 編譯，在第一個批次大小上能執行，換到第二個
+# 就失敗。訊息接著列出其他維度，然後是「Error in op: ... _register_quantized_conv_lowering」。
+
+with torch.no_grad():
+    dynamic = torch.compile(copy.deepcopy(narrow))
+    dynamic(images)
+    with expect_error(AssertionError, match="expected size 8==8, stride 1==64 at dim=1"):
+        dynamic(images[:100])
+
+# %%
+# **原因**：遇到第二個批次大小時，dynamo 以「動態」的批次維度重新編譯。在那份程式碼裡，inductor
+# 預期 int8 conv 的輸出是連續的（NCHW）排列，8 個通道之間的 stride 是 64；oneDNN 的 int8 conv
+# 回傳的卻是 channels-last（NHWC），stride 是 1：inductor 的兩個部分彼此不一致（torch 2.13、
+# torchao 0.18）。
+#
+# **修正**：``torch.compile(model, dynamic=False)`` ：每個批次大小都有自己的、凍結過的程式碼，
+# 如上一個條目所示。只服務少數幾個固定的批次大小，或把輸入補齊到這些大小。
+
+inductor_config.freezing = False
+torch.set_num_threads(threads)
 
 # %%
 # RuntimeError: view size is not compatible with input tensor\'s size and stride
@@ -97,11 +204,14 @@ print(
 failing = lower_pt2e_quantized_to_x86(simulated, x)
 with expect_error(RuntimeError, match="view size is not compatible"):
     failing(*x)
+lowered = lower_pt2e_quantized_to_x86(simulated, x)
 
 # %%
 # **原因**，在圖上看：oneDNN 的 int8 conv 回傳 **channels-last** 的張量（記憶體裡是
 # NHWC）；``flatten`` 追蹤成的 ``view`` （標示處）不複製就無法重組 NHWC 張量。
-# ``torch.compile`` 自己選擇記憶體排列，不受影響。
+# 用 ``torch.compile`` 編譯這張 lowering 後的圖也會以同樣方式失敗（它的 fake tensor 有同樣的
+# stride，見 M03-1）；在 freezing 下編譯 q/dq 圖則可以，因為 inductor 會自己做 lowering，
+# 並自己選擇記憶體排列。
 
 views = failing.graph.find_nodes(op="call_function", target=torch.ops.aten.view.default)
 draw(failing, highlight=[n.name for n in views], title="int8 conv 之後的 view")
@@ -113,6 +223,7 @@ assert len(views) == 1
 # :ref:`M03-1 · lowering 之後的圖 <sphx_glr_lessons_m03_lowering_m03_1_lowered_graph.py>`。
 
 print(f"改了：{reshape_views(failing)}")
+reshape_views(lowered)
 assert torch.equal(failing(*x), lowered(*x)), "修正後的圖能執行，數值也相同"
 
 # %%
@@ -147,8 +258,8 @@ for node in encoder.graph.find_nodes(op="call_function", target=torch.ops.aten.l
 
 # %%
 # **修正**：每個投影用一個 ``nn.Linear`` ，再用 ``F.scaled_dot_product_attention`` 寫
-# attention；四個投影就都拿到 int8 weight。說明見 :ref:`M02-1 · quantizer 在圖上寫了什麼
-# <sphx_glr_lessons_m02_by_hand_m02_1_what_a_quantizer_writes.py>`。
+# attention；四個投影就都拿到 int8 weight。說明見 :ref:`M05-1 · quantizer 在 attention 裡
+# 看見什麼 <sphx_glr_lessons_m05_transformers_m05_1_attention.py>`。
 
 
 class Attention(nn.Module):

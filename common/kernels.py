@@ -1,0 +1,105 @@
+"""Which compute kernels a model really ran, int8 or float, read from ``torch.profiler``.
+
+Inductor's prepack counters (``counters["inductor"]``) are a compile-time fact: they count
+what the *first* compile did, and say nothing when a later call recompiled (a new input
+shape, ``torch._dynamo.reset()``, a setting gone) and ran float. The profiler records the
+operators each call dispatched, so it tells what ran.
+"""
+
+import contextlib
+import os
+import sys
+from collections import Counter
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["FLOAT_KERNELS", "KernelsRun", "kernels_run"]
+
+#: The float compute kernels, as the profiler names them: eager convs and matmuls, and what
+#: inductor calls for float convs and linears (oneDNN's prepacked ones with freezing, MKL's
+#: for static linears). Each conv or matmul dispatches exactly one of them.
+FLOAT_KERNELS = frozenset(
+    {
+        "aten::convolution",
+        "aten::addmm",
+        "aten::mm",
+        "aten::bmm",
+        "aten::baddbmm",
+        "mkldnn::_convolution_pointwise",
+        "mkldnn::_convolution_transpose_pointwise",
+        "mkldnn::_linear_pointwise",
+        "mkl::_mkl_linear",
+    }
+)
+
+
+def _is_int8(name: str) -> bool:
+    """oneDNN's int8 compute ops (``onednn::qconv_pointwise``, ``onednn::qlinear_pointwise``,
+    their ``binary``/``tensor`` forms), not the prepacking that runs at compile time."""
+    return name.startswith("onednn::q") and not name.endswith("prepack")
+
+
+@dataclass(frozen=True)
+class KernelsRun:
+    """The compute kernels of one call, by profiler name, with counts.
+
+    Attributes:
+        int8: oneDNN's int8 convs and linears.
+        float: float convs and matmuls (``FLOAT_KERNELS``).
+    """
+
+    int8: Counter
+    float: Counter
+
+    @property
+    def summary(self) -> str:
+        """One line: ``int8: onednn::qconv_pointwise ×3; float: none``."""
+
+        def listed(kernels: Counter) -> str:
+            return ", ".join(f"{n} ×{c}" for n, c in sorted(kernels.items())) or "none"
+
+        return f"int8: {listed(self.int8)}; float: {listed(self.float)}"
+
+
+def kernels_run(model, args: tuple) -> KernelsRun:
+    """Call ``model(*args)`` once under the profiler; return the compute kernels that ran.
+
+    Run it after the compile (the first call), on the inputs you time or serve, in the grad
+    mode you serve in: a change of input shape or of grad mode recompiles a
+    ``torch.compile``'d model, and the call then shows the kernels of the new code.
+
+    Args:
+        model: any callable: eager, exported, lowered or ``torch.compile``'d.
+        args: its positional inputs.
+
+    Returns:
+        KernelsRun: the int8 and float compute kernels the call dispatched.
+
+    >>> kernels_run(torch.nn.Linear(4, 2), (torch.ones(1, 4),)).summary
+    'int8: none; float: aten::addmm ×1'
+    """
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    with _without_kineto_lines(), torch.profiler.profile(activities=activities) as profile:
+        model(*args)
+    names = [event.name for event in profile.events()]
+    return KernelsRun(
+        int8=Counter(n for n in names if _is_int8(n)),
+        float=Counter(n for n in names if n in FLOAT_KERNELS),
+    )
+
+
+@contextlib.contextmanager
+def _without_kineto_lines():
+    """Drop what C++ writes to the process's stderr meanwhile: torch 2.13's profiler (kineto)
+    writes a ``USDT:... profiler_start`` and a ``profiler_stop`` line there at every use, with
+    no setting to turn them off (``KINETO_LOG_LEVEL`` does not). Python's errors still raise."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)

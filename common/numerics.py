@@ -5,9 +5,9 @@ import copy
 import torch
 from torch.nn.utils.fusion import fuse_conv_bn_eval
 
-__all__ = ["DIGITS_CONV_BN", "fold_batch_norm", "int8_conv_steps", "record", "sqnr"]
+__all__ = ["DIGITS_CONV_BN", "fold_batch_norm_modules", "int8_conv_steps", "record", "sqnr"]
 
-#: The (conv, BatchNorm) module pairs of ``common.data.DigitsCNN``.
+#: ``common.data.DigitsCNN``'s (conv, BatchNorm) module pairs, for ``fold_batch_norm_modules``.
 DIGITS_CONV_BN = (("conv1", "bn1"), ("conv2", "bn2"), ("conv3", "bn3"))
 
 
@@ -77,16 +77,17 @@ def sqnr(signal: torch.Tensor, noisy: torch.Tensor) -> torch.Tensor:
     return compute_error(signal, noisy)
 
 
-def fold_batch_norm(model: torch.nn.Module, *, pairs=DIGITS_CONV_BN) -> torch.nn.Module:
-    """A copy of ``model`` in eval mode with each BatchNorm folded into its conv.
+def fold_batch_norm_modules(model: torch.nn.Module, *, pairs) -> torch.nn.Module:
+    """A copy of ``model`` in eval mode with each BatchNorm module folded into its conv.
 
     ``prepare_pt2e`` folds BatchNorm into the conv before it, so a float graph compares node
     by node with an int8 one only after the same folding (M04-1). The BatchNorm modules
-    become ``nn.Identity``; ``model`` is left alone.
+    become ``nn.Identity``; ``model`` is left alone. (``common.handmade.fold_batch_norm`` is
+    the other kind: a pass that folds BatchNorm nodes in a graph, in place.)
 
     Args:
         model: the eager model.
-        pairs: ``(conv, batch_norm)`` submodule names, conv first; ``DigitsCNN``'s by default.
+        pairs: ``(conv, batch_norm)`` submodule names, conv first, e.g. :data:`DIGITS_CONV_BN`.
 
     Returns:
         torch.nn.Module: the folded copy, computing what ``model.eval()`` computes (up to
@@ -94,6 +95,13 @@ def fold_batch_norm(model: torch.nn.Module, *, pairs=DIGITS_CONV_BN) -> torch.nn
 
     Raises:
         ValueError: if a name in ``pairs`` is not a ``Conv2d`` / ``BatchNorm2d`` of ``model``.
+
+    >>> model = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.BatchNorm2d(2))
+    >>> fold_batch_norm_modules(model, pairs=[("0", "1")])
+    Sequential(
+      (0): Conv2d(1, 2, kernel_size=(3, 3), stride=(1, 1))
+      (1): Identity()
+    )
     """
     folded = copy.deepcopy(model).eval()
     modules = dict(folded.named_modules())

@@ -41,8 +41,7 @@ import torch
 from common.charts import use_course_style
 from common.cpu import describe
 from common.data import SPLITS, accuracy, digits, export_digits_model, train_digits_cnn
-from common.numerics import fold_batch_norm, record
-from common.numerics import sqnr as shared_sqnr
+from common.numerics import DIGITS_CONV_BN, fold_batch_norm_modules, record, sqnr
 from common.pt2e import quiet, x86_quantizer
 from common.viz import draw
 
@@ -64,13 +63,14 @@ print(describe().verdict)
 
 
 # %%
-# Helpers: ``sqnr`` is the formula of step 3, written out here because it is this lesson's
-# subject. ``record`` (run a graph with ``torch.fx.Interpreter``, keep every node's output
-# under its name) and ``fold_batch_norm`` (fold each BatchNorm into the conv before it, in the
-# eager model) come from ``common.numerics``, where M04-2 and M04-3 find them too.
+# Helpers: ``hand_sqnr`` is the formula of step 3, written out here because it is this
+# lesson's subject. ``record`` (run a graph with ``torch.fx.Interpreter``, keep every node's
+# output under its name), ``fold_batch_norm_modules`` (fold each BatchNorm module into the
+# conv before it, in the eager model; ``DIGITS_CONV_BN`` names this model's pairs) and
+# ``sqnr`` come from ``common.numerics``, where M04-2 finds them too.
 
 
-def sqnr(signal, noisy):
+def hand_sqnr(signal, noisy):
     """20·log10(‖signal‖ / ‖signal − noisy‖), in dB."""
     return 20 * torch.log10(
         torch.linalg.vector_norm(signal) / torch.linalg.vector_norm(signal - noisy)
@@ -132,30 +132,30 @@ draw(int8_model, title="Step 2: the int8 digits model (X86InductorQuantizer defa
 # (before BatchNorm) and the int8 graph's ``conv2d`` (BatchNorm included) compute different
 # things. Folding BatchNorm in the eager model first makes the float graph comparable.
 
-folded = fold_batch_norm(model)
+folded = fold_batch_norm_modules(model, pairs=DIGITS_CONV_BN)
 with torch.no_grad():
     torch.testing.assert_close(folded(test_images), model(test_images), rtol=0, atol=1e-4)
 float_graph = export_digits_model(folded)
 float_outputs = record(float_graph, test_images)
 int8_outputs = record(int8_model, test_images)
 layers = [n.name for n in float_graph.graph.nodes if n.op == "call_function"]
-by_hand = {name: sqnr(int8_outputs[name], float_outputs[name]).item() for name in layers}
+by_hand = {name: hand_sqnr(int8_outputs[name], float_outputs[name]).item() for name in layers}
 for name, value in by_hand.items():
     print(f"{name:>12}  {value:6.2f} dB")
 
 # %%
 # The order of the arguments matters a little: the numeric debugger of step 4 passes the
 # *quantized* tensor as the signal, so ``by_hand`` did too. With the float tensor as the
-# signal, as textbooks write it, no node moves by more than 0.05 dB. The next lessons use
+# signal, as textbooks write it, no node moves by more than 0.05 dB. The other lessons use
 # ``common.numerics.sqnr``, which is torchao's ``compute_error``: the numbers are the same, bit
 # for bit.
 
-textbook = {name: sqnr(float_outputs[name], int8_outputs[name]).item() for name in layers}
+textbook = {name: hand_sqnr(float_outputs[name], int8_outputs[name]).item() for name in layers}
 gap = max(abs(textbook[name] - by_hand[name]) for name in layers)
 print(f"largest difference between the two conventions: {gap:.4f} dB")
 assert gap < 0.05, "at these SQNRs the choice of signal hardly matters"
 assert all(
-    by_hand[name] == shared_sqnr(int8_outputs[name], float_outputs[name]).item() for name in layers
+    by_hand[name] == sqnr(int8_outputs[name], float_outputs[name]).item() for name in layers
 ), "the shared sqnr is this one"
 
 # %%
@@ -165,20 +165,31 @@ assert all(
 # exported program, ``prepare_for_propagation_comparison`` puts a logger after every node of
 # a copy, ``extract_results_from_loggers`` collects what they saw, and ``compare_results``
 # pairs the nodes. The float and the int8 model must come from the same marked export.
+# ``debugger_sqnr`` makes the four calls for a float model and its int8 version; this step
+# calls it twice.
 
-batch = torch.export.Dim("batch")
-program = torch.export.export(folded, (test_images[:2],), dynamic_shapes=({0: batch},))
-generate_numeric_debug_handle(program)
-marked = program.module()
-float_logged = prepare_for_propagation_comparison(marked)  # a copy: ``marked`` stays clean
-int8_logged = prepare_for_propagation_comparison(quantize(marked))
-with torch.no_grad():
-    float_logged(test_images)
-    int8_logged(test_images)
-comparison = compare_results(
-    extract_results_from_loggers(float_logged), extract_results_from_loggers(int8_logged)
-)
-debugger = {info.name: summary.results[0].sqnr.item() for info, summary in comparison.items()}
+
+def debugger_sqnr(float_model):
+    """Each node's SQNR from the numeric debugger: ``float_model`` against its int8 version."""
+    batch = torch.export.Dim("batch")
+    program = torch.export.export(float_model, (test_images[:2],), dynamic_shapes=({0: batch},))
+    generate_numeric_debug_handle(program)
+    marked = program.module()
+    float_logged = prepare_for_propagation_comparison(marked)  # a copy: ``marked`` stays clean
+    int8_logged = prepare_for_propagation_comparison(quantize(marked))
+    with torch.no_grad():
+        float_logged(test_images)
+        int8_logged(test_images)
+    comparison = compare_results(
+        extract_results_from_loggers(float_logged), extract_results_from_loggers(int8_logged)
+    )
+    return {info.name: summary.results[0].sqnr.item() for info, summary in comparison.items()}
+
+
+# %%
+# The folded model against its int8 version, as compared by hand in step 3:
+
+debugger = debugger_sqnr(folded)
 print(f"{len(debugger)} nodes compared: {list(debugger)}")
 
 # %%
@@ -195,18 +206,7 @@ print("debugger == by hand for every node")
 # still pairs ``conv2d`` with ``conv2d``, and reports an SQNR no quantizer could cause. The
 # low numbers are BatchNorm, not int8.
 
-program = torch.export.export(model, (test_images[:2],), dynamic_shapes=({0: batch},))
-generate_numeric_debug_handle(program)
-marked = program.module()
-float_logged = prepare_for_propagation_comparison(marked)
-int8_logged = prepare_for_propagation_comparison(quantize(marked))
-with torch.no_grad():
-    float_logged(test_images)
-    int8_logged(test_images)
-trap = compare_results(
-    extract_results_from_loggers(float_logged), extract_results_from_loggers(int8_logged)
-)
-trap = {info.name: summary.results[0].sqnr.item() for info, summary in trap.items()}
+trap = debugger_sqnr(model)
 print(
     f"conv2d: {trap['conv2d']:.2f} dB with BatchNorm in the float model, "
     f"{by_hand['conv2d']:.2f} dB with it folded"

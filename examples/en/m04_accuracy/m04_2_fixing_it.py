@@ -36,7 +36,7 @@ lowered graph <sphx_glr_lessons_m03_lowering_m03_1_lowered_graph.py>`.
 # The trained digits CNN of M04-1, its data, and the pieces of a quantization recipe:
 # ``X86InductorQuantizer``, its default config, the two observers, and ``dataclasses.replace``
 # to change one field of a frozen ``QuantizationSpec`` at a time. ``common.numerics`` holds
-# M04-1's ``record``, ``sqnr`` and ``fold_batch_norm``.
+# M04-1's ``record``, ``sqnr`` and ``fold_batch_norm_modules``.
 
 import copy
 import tempfile
@@ -50,7 +50,7 @@ import torch
 from common.charts import pad, use_course_style
 from common.cpu import describe, run_under_isa
 from common.data import accuracy, digits, export_digits_model, train_digits_cnn
-from common.numerics import fold_batch_norm, record, sqnr
+from common.numerics import DIGITS_CONV_BN, fold_batch_norm_modules, record, sqnr
 from common.pt2e import quiet
 from common.viz import draw
 
@@ -151,7 +151,7 @@ with torch.no_grad():
     torch.testing.assert_close(outlier(test_images), model(test_images), rtol=1e-4, atol=1e-4)
 fp32_accuracy = accuracy(outlier)
 assert fp32_accuracy == accuracy(model), "the float model's accuracy is unchanged"
-folded = fold_batch_norm(outlier)
+folded = fold_batch_norm_modules(outlier, pairs=DIGITS_CONV_BN)
 peaks = folded.conv1.weight.detach().abs().amax(dim=(1, 2, 3))
 print(f"fp32 accuracy {fp32_accuracy:.1%}; largest |weight| of each folded conv1 channel:")
 print("  " + " ".join(f"{p:.2f}" for p in peaks.tolist()))
@@ -275,7 +275,7 @@ assert all(r[2] < 15 for r in results.values()), "no knob fixes the activation"
 # conv2's input channel ``c`` by ``s``: both ranges become ``√(r1·r2)``, and since ReLU
 # commutes with a positive scale the float function does not change.
 
-r1 = fold_batch_norm(outlier).conv1.weight.detach().abs().amax(dim=(1, 2, 3))
+r1 = folded.conv1.weight.detach().abs().amax(dim=(1, 2, 3))
 r2 = outlier.conv2.weight.detach().abs().amax(dim=(0, 2, 3))
 s = torch.sqrt(r1 * r2) / r2
 equalized = copy.deepcopy(outlier)
@@ -292,7 +292,9 @@ assert accuracy(equalized) == fp32_accuracy, "float outputs unchanged, so is the
 # row of the table left at least one below 15 dB, and the accuracy is back to within a point
 # of fp32 without changing the recipe.
 
-equalized_outputs = record(export_digits_model(fold_batch_norm(equalized)), test_images)
+equalized_outputs = record(
+    export_digits_model(fold_batch_norm_modules(equalized, pairs=DIGITS_CONV_BN)), test_images
+)
 rows["equalized"] = ptq(equalized, recipe())
 results["equalized"] = (
     accuracy(rows["equalized"]),

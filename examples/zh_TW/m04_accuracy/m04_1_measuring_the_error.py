@@ -40,8 +40,7 @@ import torch
 from common.charts import use_course_style
 from common.cpu import describe
 from common.data import SPLITS, accuracy, digits, export_digits_model, train_digits_cnn
-from common.numerics import fold_batch_norm, record
-from common.numerics import sqnr as shared_sqnr
+from common.numerics import DIGITS_CONV_BN, fold_batch_norm_modules, record, sqnr
 from common.pt2e import quiet, x86_quantizer
 from common.viz import draw
 
@@ -63,13 +62,14 @@ print(describe().verdict)
 
 
 # %%
-# 輔助函式：``sqnr`` 是步驟 3 的公式，因為它是這一課的主題，所以在這裡親手寫出來。
-# ``record`` （用 ``torch.fx.Interpreter`` 執行一張圖，把每個 node 的輸出依名稱留下）與
-# ``fold_batch_norm`` （在 eager 模型裡把每個 BatchNorm 折疊進它前面的 conv）來自
-# ``common.numerics``，M04-2 與 M04-3 也從那裡取用。
+# 輔助函式：``hand_sqnr`` 是步驟 3 的公式，因為它是這一課的主題，所以在這裡親手寫出來。
+# ``record`` （用 ``torch.fx.Interpreter`` 執行一張圖，把每個 node 的輸出依名稱留下）、
+# ``fold_batch_norm_modules`` （在 eager 模型裡把每個 BatchNorm 模組折疊進它前面的 conv；
+# ``DIGITS_CONV_BN`` 列出這個模型的配對）與 ``sqnr`` 來自 ``common.numerics``，M04-2 也從
+# 那裡取用。
 
 
-def sqnr(signal, noisy):
+def hand_sqnr(signal, noisy):
     """20·log10(‖signal‖ / ‖signal − noisy‖)，單位 dB。"""
     return 20 * torch.log10(
         torch.linalg.vector_norm(signal) / torch.linalg.vector_norm(signal - noisy)
@@ -130,28 +130,28 @@ draw(int8_model, title="步驟 2：int8 的數字模型（X86InductorQuantizer �
 # ``conv2d`` （包含 BatchNorm）算的不是同一件事。先在 eager 模型裡折疊 BatchNorm，
 # 浮點圖才能拿來比較。
 
-folded = fold_batch_norm(model)
+folded = fold_batch_norm_modules(model, pairs=DIGITS_CONV_BN)
 with torch.no_grad():
     torch.testing.assert_close(folded(test_images), model(test_images), rtol=0, atol=1e-4)
 float_graph = export_digits_model(folded)
 float_outputs = record(float_graph, test_images)
 int8_outputs = record(int8_model, test_images)
 layers = [n.name for n in float_graph.graph.nodes if n.op == "call_function"]
-by_hand = {name: sqnr(int8_outputs[name], float_outputs[name]).item() for name in layers}
+by_hand = {name: hand_sqnr(int8_outputs[name], float_outputs[name]).item() for name in layers}
 for name, value in by_hand.items():
     print(f"{name:>12}  {value:6.2f} dB")
 
 # %%
 # 參數的順序有一點影響：步驟 4 的數值除錯器把「量化後」的張量當作訊號，所以 ``by_hand``
 # 也這麼做。改用課本的寫法、以浮點張量為訊號，沒有一個 node 的差距超過 0.05 dB。
-# 後面幾課用的 ``common.numerics.sqnr`` 就是 torchao 的 ``compute_error``：數字逐位元相同。
+# 其他幾課用的 ``common.numerics.sqnr`` 就是 torchao 的 ``compute_error``：數字逐位元相同。
 
-textbook = {name: sqnr(float_outputs[name], int8_outputs[name]).item() for name in layers}
+textbook = {name: hand_sqnr(float_outputs[name], int8_outputs[name]).item() for name in layers}
 gap = max(abs(textbook[name] - by_hand[name]) for name in layers)
 print(f"兩種寫法的最大差距：{gap:.4f} dB")
 assert gap < 0.05, "在這樣的 SQNR 下，選哪個當訊號幾乎沒有差別"
 assert all(
-    by_hand[name] == shared_sqnr(int8_outputs[name], float_outputs[name]).item() for name in layers
+    by_hand[name] == sqnr(int8_outputs[name], float_outputs[name]).item() for name in layers
 ), "共用的 sqnr 就是這一個"
 
 # %%
@@ -160,21 +160,31 @@ assert all(
 # 除錯器用四個呼叫做同一件事：``generate_numeric_debug_handle`` 標記匯出的程式，
 # ``prepare_for_propagation_comparison`` 在副本的每個 node 後面放一個 logger，
 # ``extract_results_from_loggers`` 收集它們看到的值，``compare_results`` 把 node 配對。
-# 浮點模型與 int8 模型必須來自同一次標記過的匯出。
+# 浮點模型與 int8 模型必須來自同一次標記過的匯出。``debugger_sqnr`` 對一個浮點模型與它的
+# int8 版本做這四個呼叫；這個步驟會呼叫它兩次。
 
-batch = torch.export.Dim("batch")
-program = torch.export.export(folded, (test_images[:2],), dynamic_shapes=({0: batch},))
-generate_numeric_debug_handle(program)
-marked = program.module()
-float_logged = prepare_for_propagation_comparison(marked)  # 副本：``marked`` 保持原樣
-int8_logged = prepare_for_propagation_comparison(quantize(marked))
-with torch.no_grad():
-    float_logged(test_images)
-    int8_logged(test_images)
-comparison = compare_results(
-    extract_results_from_loggers(float_logged), extract_results_from_loggers(int8_logged)
-)
-debugger = {info.name: summary.results[0].sqnr.item() for info, summary in comparison.items()}
+
+def debugger_sqnr(float_model):
+    """數值除錯器算出的每個 node 的 SQNR：``float_model`` 對上它的 int8 版本。"""
+    batch = torch.export.Dim("batch")
+    program = torch.export.export(float_model, (test_images[:2],), dynamic_shapes=({0: batch},))
+    generate_numeric_debug_handle(program)
+    marked = program.module()
+    float_logged = prepare_for_propagation_comparison(marked)  # 副本：``marked`` 保持原樣
+    int8_logged = prepare_for_propagation_comparison(quantize(marked))
+    with torch.no_grad():
+        float_logged(test_images)
+        int8_logged(test_images)
+    comparison = compare_results(
+        extract_results_from_loggers(float_logged), extract_results_from_loggers(int8_logged)
+    )
+    return {info.name: summary.results[0].sqnr.item() for info, summary in comparison.items()}
+
+
+# %%
+# 折疊後的模型對上它的 int8 版本，和步驟 3 親手比較的一樣：
+
+debugger = debugger_sqnr(folded)
 print(f"比較了 {len(debugger)} 個 node：{list(debugger)}")
 
 # %%
@@ -191,18 +201,7 @@ print("每個 node：除錯器 == 親手計算")
 # ``conv2d`` 與 ``conv2d`` 配對，回報一個任何 quantizer 都造不出來的 SQNR。
 # 這麼低的數字來自 BatchNorm，不是 int8。
 
-program = torch.export.export(model, (test_images[:2],), dynamic_shapes=({0: batch},))
-generate_numeric_debug_handle(program)
-marked = program.module()
-float_logged = prepare_for_propagation_comparison(marked)
-int8_logged = prepare_for_propagation_comparison(quantize(marked))
-with torch.no_grad():
-    float_logged(test_images)
-    int8_logged(test_images)
-trap = compare_results(
-    extract_results_from_loggers(float_logged), extract_results_from_loggers(int8_logged)
-)
-trap = {info.name: summary.results[0].sqnr.item() for info, summary in trap.items()}
+trap = debugger_sqnr(model)
 print(
     f"conv2d：浮點模型帶著 BatchNorm 時 {trap['conv2d']:.2f} dB，"
     f"折疊之後 {by_hand['conv2d']:.2f} dB"

@@ -31,7 +31,8 @@ lowering 之後的圖 <sphx_glr_lessons_m03_lowering_m03_1_lowered_graph.py>`。
 # ----
 # M04-1 訓練好的數字 CNN、它的資料，以及量化配方的零件：``X86InductorQuantizer``、它的預設
 # 設定、兩種 observer，以及 ``dataclasses.replace``：一次只改凍結的 ``QuantizationSpec``
-# 的一個欄位。``common.numerics`` 收著 M04-1 的 ``record``、``sqnr`` 與 ``fold_batch_norm``。
+# 的一個欄位。``common.numerics`` 收著 M04-1 的 ``record``、``sqnr`` 與
+# ``fold_batch_norm_modules``。
 
 import copy
 import tempfile
@@ -45,7 +46,7 @@ import torch
 from common.charts import pad, use_course_style
 from common.cpu import describe, run_under_isa
 from common.data import accuracy, digits, export_digits_model, train_digits_cnn
-from common.numerics import fold_batch_norm, record, sqnr
+from common.numerics import DIGITS_CONV_BN, fold_batch_norm_modules, record, sqnr
 from common.pt2e import quiet
 from common.viz import draw
 
@@ -144,7 +145,7 @@ with torch.no_grad():
     torch.testing.assert_close(outlier(test_images), model(test_images), rtol=1e-4, atol=1e-4)
 fp32_accuracy = accuracy(outlier)
 assert fp32_accuracy == accuracy(model), "浮點模型的準確度不變"
-folded = fold_batch_norm(outlier)
+folded = fold_batch_norm_modules(outlier, pairs=DIGITS_CONV_BN)
 peaks = folded.conv1.weight.detach().abs().amax(dim=(1, 2, 3))
 print(f"fp32 準確度 {fp32_accuracy:.1%}；折疊後 conv1 每個通道最大的 |weight|：")
 print("  " + " ".join(f"{p:.2f}" for p in peaks.tolist()))
@@ -262,7 +263,7 @@ assert all(r[2] < 15 for r in results.values()), "沒有設定修得好活化值
 # ``c`` 除以 ``s = √(r1·r2) / r2``，再把 conv2 的輸入通道 ``c`` 乘上 ``s``：兩個範圍都變成
 # ``√(r1·r2)``；因為 ReLU 與正的縮放可以交換，浮點函式不變。
 
-r1 = fold_batch_norm(outlier).conv1.weight.detach().abs().amax(dim=(1, 2, 3))
+r1 = folded.conv1.weight.detach().abs().amax(dim=(1, 2, 3))
 r2 = outlier.conv2.weight.detach().abs().amax(dim=(0, 2, 3))
 s = torch.sqrt(r1 * r2) / r2
 equalized = copy.deepcopy(outlier)
@@ -278,7 +279,9 @@ assert accuracy(equalized) == fp32_accuracy, "浮點輸出不變，準確度也�
 # 對均衡後的模型套用便宜的配方：兩個誤差都消失了，各自高於 30 dB，而表格的每一列至少留下
 # 一個低於 15 dB；不改配方，準確度就回到離 fp32 不到一個百分點。
 
-equalized_outputs = record(export_digits_model(fold_batch_norm(equalized)), test_images)
+equalized_outputs = record(
+    export_digits_model(fold_batch_norm_modules(equalized, pairs=DIGITS_CONV_BN)), test_images
+)
 rows["equalized"] = ptq(equalized, recipe())
 results["equalized"] = (
     accuracy(rows["equalized"]),

@@ -32,7 +32,7 @@ __all__ = [
     "CoursePartitioner",
     "Op",
     "delegated",
-    "lower",
+    "to_executorch",
     "xnnpack_quantizer",
 ]
 
@@ -247,8 +247,8 @@ def _check_type(program, *, where: str) -> None:
         raise TypeError(
             f"CoursePartitioner.{where} expects an ExportedProgram, got a GraphModule; export "
             "the quantized model first: to_edge_transform_and_lower(torch.export.export(gm, "
-            "example_inputs), partitioner=[CoursePartitioner()]), or common.edge.lower(gm, "
-            "example_inputs)"
+            "example_inputs), partitioner=[CoursePartitioner()]), or "
+            "common.edge.to_executorch(gm, example_inputs)"
         )
     if not isinstance(program, ExportedProgram):
         raise TypeError(
@@ -452,8 +452,11 @@ def xnnpack_quantizer(*, per_channel: bool = True):
     return XNNPACKQuantizer().set_global(config)
 
 
-def lower(model: GraphModule, example_inputs: tuple, *, partitioner=None):
-    """Export a quantized ``GraphModule`` and lower it with ``to_edge_transform_and_lower``.
+def to_executorch(model: GraphModule, example_inputs: tuple, *, partitioner=None):
+    """A quantized ``GraphModule`` as an ExecuTorch program: exported, delegated, converted.
+
+    ``torch.export.export``, then ``to_edge_transform_and_lower`` with the partitioner, then
+    ``.to_executorch()``: the program a ``.pte`` file holds.
 
     Args:
         model: the ``GraphModule`` ``convert_pt2e`` returned.
@@ -461,8 +464,8 @@ def lower(model: GraphModule, example_inputs: tuple, *, partitioner=None):
         partitioner: the partitioner, by default a new :class:`CoursePartitioner`.
 
     Returns:
-        EdgeProgramManager: the lowered program (``.exported_program()``,
-        ``.to_executorch()``).
+        ExecutorchProgramManager: ``.buffer`` is the ``.pte`` file's bytes,
+        ``.exported_program()`` the program with its delegates (see :func:`delegated`).
 
     Raises:
         TypeError: if ``model`` is an ``ExportedProgram`` (pass ``program.module()``, or give
@@ -472,23 +475,26 @@ def lower(model: GraphModule, example_inputs: tuple, *, partitioner=None):
 
     if isinstance(model, ExportedProgram):
         raise TypeError(
-            "common.edge.lower expects the GraphModule that convert_pt2e returns, got an "
-            "ExportedProgram; pass program.module(), or give the program itself to "
+            "common.edge.to_executorch expects the GraphModule that convert_pt2e returns, got "
+            "an ExportedProgram; pass program.module(), or give the program itself to "
             "to_edge_transform_and_lower(program, partitioner=[CoursePartitioner()])"
         )
     if not isinstance(model, GraphModule):
         raise TypeError(
-            f"common.edge.lower expects a GraphModule from convert_pt2e, got {type(model).__name__}"
+            "common.edge.to_executorch expects the GraphModule that convert_pt2e returns, got "
+            f"{type(model).__name__}"
         )
     program = torch.export.export(model, example_inputs)
-    return to_edge_transform_and_lower(program, partitioner=[partitioner or CoursePartitioner()])
+    edge = to_edge_transform_and_lower(program, partitioner=[partitioner or CoursePartitioner()])
+    return edge.to_executorch()
 
 
 def delegated(program: ExportedProgram) -> dict[str, list[str]]:
     """The nodes each ``lowered_module_N`` of a lowered program runs, by their names.
 
     Args:
-        program: ``edge.exported_program()`` after ``to_edge_transform_and_lower``.
+        program: ``edge.exported_program()`` after ``to_edge_transform_and_lower``, or
+            the ``exported_program()`` of :func:`to_executorch`'s result.
 
     Returns:
         dict: ``{"lowered_module_0": ["aten_convolution_default", ...], ...}``, the names of

@@ -36,6 +36,7 @@ import torch
 from common.cpu import describe, run_under_isa, weaker_paths
 from common.expect import expect_error
 from common.models import example_inputs, get_model
+from common.numerics import sqnr
 from common.pt2e import calibrate, export_module, quiet, x86_quantizer
 from common.viz import draw
 
@@ -204,7 +205,8 @@ assert y_int8.shape == y_simulated.shape
 # the integer products exactly in int32 and then requantizes (rescales with the input and
 # weight scales, adds the bias, applies relu, rounds), the two agree to ±1 step: the
 # simulation does the same in float, where a rounding at a half-step can tip the other way.
-# Whether the sums are exact depends on the CPU, as the next cells show.
+# Whether the sums are exact depends on the CPU, as the next cells show. The output's SQNR
+# (``common.numerics.sqnr``, which M04-1 derives) puts the whole gap in decibels.
 
 fresh = example_inputs(8, seed=123)
 
@@ -219,16 +221,12 @@ def conv_steps(model, quantized_model):
     return (a - b).abs().max().item(), (a != b).float().mean().item()
 
 
-def sqnr_db(reference, other):
-    return (10 * torch.log10(reference.pow(2).mean() / (reference - other).pow(2).mean())).item()
-
-
 steps, share = conv_steps(lowered, simulated)
-sqnr = sqnr_db(simulated(*fresh), lowered(*fresh))
+output_sqnr = sqnr(simulated(*fresh), lowered(*fresh)).item()
 cpu = describe()
 print(cpu.verdict)
 print(f"int8 path {cpu.onednn}: the conv output differs by up to {steps} steps")
-print(f"on {share:.1%} of its values; output SQNR {sqnr:.1f} dB")
+print(f"on {share:.1%} of its values; output SQNR {output_sqnr:.1f} dB")
 
 # %%
 # How far apart they are depends on the CPU's int8 instructions. **With VNNI** (or AMX),
@@ -259,7 +257,7 @@ reduced = quantize(
 reduced_lowered = lower_pt2e_quantized_to_x86(reduced, x)
 reshape_views(reduced_lowered)
 steps_7bit, share_7bit = conv_steps(reduced_lowered, reduced)
-sqnr_7bit = sqnr_db(reduced(*fresh), reduced_lowered(*fresh))
+sqnr_7bit = sqnr(reduced(*fresh), reduced_lowered(*fresh)).item()
 print(f"reduce_range=True: up to {steps_7bit} step(s) on {share_7bit:.1%}; SQNR {sqnr_7bit:.1f} dB")
 assert steps_7bit <= 1, "exact int32 accumulation: only rounding at half-steps can differ"
 assert sqnr_7bit > 40, "the outputs differ by rounding only"

@@ -42,6 +42,7 @@ import torch
 
 from common.data import accuracy, digits, train_digits_vit
 from common.expect import expect_error
+from common.numerics import sqnr
 from common.pt2e import quiet, x86_quantizer
 from common.viz import draw
 
@@ -74,8 +75,8 @@ qd = torch.ops.quantized_decomposed
 # %%
 # Helpers: ``dynamic_x86`` is the x86 quantizer with ``is_dynamic=True``; ``quantize``
 # prepares a fresh copy of the export, feeds it one calibration batch (unless told
-# otherwise) and converts it; ``sqnr`` is M04-1's formula; ``qdq_ops`` counts the
-# quantization nodes of a graph.
+# otherwise) and converts it; ``qdq_ops`` counts the quantization nodes of a graph. ``sqnr``
+# (from ``common.numerics``) is M04-1's formula.
 
 
 def dynamic_x86():
@@ -92,11 +93,6 @@ def quantize(quantizer, images=calibration_images, *, by_hand=False):
         with torch.no_grad():
             prepared(images)
     return convert(prepared)
-
-
-def sqnr(signal, noisy) -> float:
-    """20·log10(‖signal‖ / ‖signal − noisy‖), in dB."""
-    return (20 * torch.log10(signal.norm() / (signal - noisy).norm())).item()
 
 
 def qdq_ops(gm) -> dict:
@@ -273,7 +269,7 @@ bright = 2 * test_images[:200]
 with torch.no_grad():
     reference_logits = model(bright)
     shifted = {
-        label: sqnr(reference_logits, m(bright))
+        label: sqnr(reference_logits, m(bright)).item()
         for label, m in (("static", static), ("dynamic", dynamic))
     }
 print({label: f"{value:.1f} dB" for label, value in shifted.items()}, "(images ×2)")

@@ -45,6 +45,7 @@ import torch
 import common
 from common.charts import use_course_style
 from common.models import example_inputs, get_model, input_shape
+from common.numerics import sqnr
 from common.pt2e import export_module, quiet, x86_quantizer
 from common.timing import compare_speed, timing_threads
 from common.viz import draw
@@ -228,15 +229,10 @@ out = forward.execute([x[0]])[0]
 expected = qdq_model(*x)
 last_q = [n for n in qdq_model.graph.nodes if n.target == qd.quantize_per_tensor.default][-1]
 step = last_q.args[1]  # the scale of the model's int8 output
-
-
-def sqnr(reference, value) -> float:
-    return (20 * torch.log10(reference.norm() / (reference - value).norm())).item()
-
-
 steps_off = ((out - expected).abs() / step).round()
+output_sqnr = sqnr(expected, out).item()
 print(f"output steps apart: max {steps_off.max():.0f}, on {(steps_off > 0).float().mean():.1%}")
-print(f"SQNR against the q/dq model: {sqnr(expected, out):.1f} dB")
+print(f"SQNR against the q/dq model: {output_sqnr:.1f} dB")
 
 # %%
 # The outputs are not ``torch.equal``, and should not be expected to be: XNNPACK multiplies
@@ -246,7 +242,7 @@ print(f"SQNR against the q/dq model: {sqnr(expected, out):.1f} dB")
 # layer's sums a little: a bound of two output steps and 40 dB holds that with margin.
 
 assert steps_off.max() <= 2, "at most two output steps from the q/dq model"
-assert sqnr(expected, out) > 40, "and far closer to it than int8 is to float"
+assert output_sqnr > 40, "and far closer to it than int8 is to float"
 
 # %%
 # Step 5 — Where the numbers diverge: ETDump and the Inspector
@@ -282,7 +278,7 @@ for _, row in gaps.iterrows():
 
 first, last = gaps["gap"].iloc[0][0], gaps["gap"].iloc[-1][0]
 assert list(gaps["runtime_ops"].iloc[0]) == ["DELEGATE_CALL"], "the first row: the conv delegate"
-assert abs(last - sqnr(expected, out)) < 0.5, "the last row is the output against the q/dq model"
+assert abs(last - output_sqnr) < 0.5, "the last row is the output against the q/dq model"
 
 # %%
 # Step 6 — Speed

@@ -35,6 +35,7 @@ import torch
 from common.cpu import describe, run_under_isa, weaker_paths
 from common.expect import expect_error
 from common.models import example_inputs, get_model
+from common.numerics import sqnr
 from common.pt2e import calibrate, export_module, quiet, x86_quantizer
 from common.viz import draw
 
@@ -203,7 +204,8 @@ assert y_int8.shape == y_simulated.shape
 # 在沒看過的影像上，以量化格（step）為單位比較 conv 的 uint8 輸出。只要 oneDNN 在 int32 裡
 # 精確地加總整數乘積，再重新量化（乘上輸入與 weight 的 scale、加上 bias、套用 relu、捨入），
 # 兩者最多差 1 格：模擬用浮點數做同樣的事，剛好落在半格上的捨入可能偏向另一邊。加總是否
-# 精確取決於 CPU，接下來幾格會說明。
+# 精確取決於 CPU，接下來幾格會說明。輸出的 SQNR（ ``common.numerics.sqnr`` ，M04-1 會推導它）
+# 則以分貝表示整體的差距。
 
 fresh = example_inputs(8, seed=123)
 
@@ -218,16 +220,12 @@ def conv_steps(model, quantized_model):
     return (a - b).abs().max().item(), (a != b).float().mean().item()
 
 
-def sqnr_db(reference, other):
-    return (10 * torch.log10(reference.pow(2).mean() / (reference - other).pow(2).mean())).item()
-
-
 steps, share = conv_steps(lowered, simulated)
-sqnr = sqnr_db(simulated(*fresh), lowered(*fresh))
+output_sqnr = sqnr(simulated(*fresh), lowered(*fresh)).item()
 cpu = describe()
 print(cpu.verdict)
 print(f"int8 路徑 {cpu.onednn}：conv 輸出最多差 {steps} 格，")
-print(f"發生在 {share:.1%} 的數值上；輸出的 SQNR 為 {sqnr:.1f} dB")
+print(f"發生在 {share:.1%} 的數值上；輸出的 SQNR 為 {output_sqnr:.1f} dB")
 
 # %%
 # 兩者差多少，取決於 CPU 的 int8 指令。**有 VNNI**（或 AMX）時，oneDNN 把四個 uint8 × int8
@@ -256,7 +254,7 @@ reduced = quantize(
 reduced_lowered = lower_pt2e_quantized_to_x86(reduced, x)
 reshape_views(reduced_lowered)
 steps_7bit, share_7bit = conv_steps(reduced_lowered, reduced)
-sqnr_7bit = sqnr_db(reduced(*fresh), reduced_lowered(*fresh))
+sqnr_7bit = sqnr(reduced(*fresh), reduced_lowered(*fresh)).item()
 print(
     f"reduce_range=True：最多差 {steps_7bit} 格，發生在 {share_7bit:.1%}；SQNR {sqnr_7bit:.1f} dB"
 )

@@ -38,6 +38,7 @@ import torch
 
 from common.data import accuracy, digits, train_digits_vit
 from common.expect import expect_error
+from common.numerics import sqnr
 from common.pt2e import quiet, x86_quantizer
 from common.viz import draw
 
@@ -70,7 +71,8 @@ qd = torch.ops.quantized_decomposed
 # %%
 # 輔助工具： ``dynamic_x86`` 是設定 ``is_dynamic=True`` 的 x86 quantizer； ``quantize``
 # 對匯出結果的新複本執行 prepare，送進一批校準影像（除非另外指定），再 convert；
-# ``sqnr`` 是 M04-1 的公式； ``qdq_ops`` 計算圖裡量化相關 node 的數量。
+# ``qdq_ops`` 計算圖裡量化相關 node 的數量。 ``sqnr`` （來自 ``common.numerics`` ）是 M04-1
+# 的公式。
 
 
 def dynamic_x86():
@@ -87,11 +89,6 @@ def quantize(quantizer, images=calibration_images, *, by_hand=False):
         with torch.no_grad():
             prepared(images)
     return convert(prepared)
-
-
-def sqnr(signal, noisy) -> float:
-    """20·log10(‖signal‖ / ‖signal − noisy‖), in dB."""
-    return (20 * torch.log10(signal.norm() / (signal - noisy).norm())).item()
 
 
 def qdq_ops(gm) -> dict:
@@ -260,7 +257,7 @@ bright = 2 * test_images[:200]
 with torch.no_grad():
     reference_logits = model(bright)
     shifted = {
-        label: sqnr(reference_logits, m(bright))
+        label: sqnr(reference_logits, m(bright)).item()
         for label, m in (("static", static), ("dynamic", dynamic))
     }
 print({label: f"{value:.1f} dB" for label, value in shifted.items()}, "（影像 ×2）")

@@ -44,6 +44,7 @@ import torch
 import common
 from common.charts import use_course_style
 from common.models import example_inputs, get_model, input_shape
+from common.numerics import sqnr
 from common.pt2e import export_module, quiet, x86_quantizer
 from common.timing import compare_speed, timing_threads
 from common.viz import draw
@@ -223,15 +224,10 @@ out = forward.execute([x[0]])[0]
 expected = qdq_model(*x)
 last_q = [n for n in qdq_model.graph.nodes if n.target == qd.quantize_per_tensor.default][-1]
 step = last_q.args[1]  # 模型 int8 輸出的 scale
-
-
-def sqnr(reference, value) -> float:
-    return (20 * torch.log10(reference.norm() / (reference - value).norm())).item()
-
-
 steps_off = ((out - expected).abs() / step).round()
+output_sqnr = sqnr(expected, out).item()
 print(f"輸出相差最多 {steps_off.max():.0f} 級，{(steps_off > 0).float().mean():.1%} 的值不同")
-print(f"相對於 q/dq 模型的 SQNR：{sqnr(expected, out):.1f} dB")
+print(f"相對於 q/dq 模型的 SQNR：{output_sqnr:.1f} dB")
 
 # %%
 # 輸出並不 ``torch.equal`` ，也不該期待它們相等：XNNPACK 把 int8 乘 int8 累加到 int32，再用
@@ -240,7 +236,7 @@ print(f"相對於 q/dq 模型的 SQNR：{sqnr(expected, out):.1f} dB")
 # 與 40 dB 的界限，留有充分的餘裕。
 
 assert steps_off.max() <= 2, "和 q/dq 模型最多差兩個輸出級數"
-assert sqnr(expected, out) > 40, "比 int8 與浮點數的差距小得多"
+assert output_sqnr > 40, "比 int8 與浮點數的差距小得多"
 
 # %%
 # 步驟 5 — 數值在哪裡分岔：ETDump 與 Inspector
@@ -274,7 +270,7 @@ for _, row in gaps.iterrows():
 
 first, last = gaps["gap"].iloc[0][0], gaps["gap"].iloc[-1][0]
 assert list(gaps["runtime_ops"].iloc[0]) == ["DELEGATE_CALL"], "第一列：conv 的 delegate"
-assert abs(last - sqnr(expected, out)) < 0.5, "最後一列是輸出相對於 q/dq 模型的差距"
+assert abs(last - output_sqnr) < 0.5, "最後一列是輸出相對於 q/dq 模型的差距"
 
 # %%
 # 步驟 6 — 速度

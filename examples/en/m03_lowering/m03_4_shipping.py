@@ -31,21 +31,16 @@ the threads a server should use.
 # The digits CNN of M04, quantized with ``X86InductorQuantizer``'s defaults and calibrated on
 # the 200 calibration images, exactly as on the quickstart page.
 
-import hashlib
 import os
-import re
 import tempfile
 import time
 import warnings
-import zipfile
 from pathlib import Path
 
 import torch
-from filelock import FileLock
 from torch._dynamo.utils import counters
 
-import common
-from common.cpu import describe
+from common.aoti import compiled_package, kernel_calls
 from common.data import accuracy, digits, export_digits_model, train_digits_cnn
 from common.pt2e import quiet, x86_quantizer
 from common.timing import compare_speed
@@ -121,40 +116,16 @@ assert abs(int8_accuracy - accuracy(loaded.module())) <= 0.01, "real int8 kernel
 #
 # Two things follow from "machine code". The package is compiled for the input shapes of the
 # program it was given: here, a batch of 500 images (exercise 2 shows what another batch
-# does). And it is built for one PyTorch version and one CPU's instruction set: keep
-# the package keyed by what produced it: the graph's code, the weights, the input shape, the
-# PyTorch version and the CPU's kernel path (the saved file makes no key: its bytes change
-# from one run to the next). ``packaged`` compiles only when that key is new, so rebuilding
-# this page does not recompile.
+# does). And it is built for one PyTorch version and one CPU's instruction set. So a package
+# is kept under a key of everything that made it: the graph's code and its weights (what it
+# computes, with what), the input shapes, the PyTorch version, the CPU's kernel path, and the
+# thread count (inductor writes it into the loops it generates). The saved file makes no key:
+# its bytes change from one compile to the next. ``common.aoti.compiled_package`` compiles
+# only when the key is new and names the file after it, so rebuilding this page does not
+# recompile.
 
-# A source checkout keeps packages in build/cache/; an installed course in a temporary folder.
-CHECKOUT = Path(common.__file__).resolve().parents[1]
-CACHE = CHECKOUT / "build" / "cache" if (CHECKOUT / "pyproject.toml").exists() else folder
-
-
-def packaged(program) -> Path:
-    """The AOTInductor package of ``program``, compiled with freezing unless already cached."""
-    key = hashlib.sha256(program.graph_module.code.encode())  # what the program computes,
-    for name, value in sorted({**program.state_dict, **program.constants}.items()):
-        key.update(name.encode() + value.detach().contiguous().numpy().tobytes())  # with what,
-    key.update(f"{tuple(images.shape)} {torch.__version__} {describe().kernel_path}".encode())
-    path = CACHE / f"digits_int8_aoti-{key.hexdigest()[:16]}.pt2"
-    CACHE.mkdir(parents=True, exist_ok=True)
-    with FileLock(f"{path}.lock"):  # the other language's build may be compiling it too
-        if not path.exists():
-            tmp = path.with_name(f".{path.stem}-{os.getpid()}.pt2")  # whole files only
-            with torch.no_grad():
-                torch._inductor.aoti_compile_and_package(
-                    program, package_path=str(tmp), inductor_configs={"freezing": True}
-                )
-            tmp.replace(path)
-    return path
-
-
-# %%
-# The program for the package has a fixed batch of 500 (exported again from the loaded one).
-
-package = packaged(torch.export.export(loaded.module(), (images,)))
+fixed = torch.export.export(loaded.module(), (images,))  # the package's program: 500 images
+package = compiled_package(fixed, "digits_int8_aoti")
 started = time.perf_counter()
 runner = torch._inductor.aoti_load_package(str(package))
 aoti_load_seconds = time.perf_counter() - started
@@ -164,17 +135,15 @@ print(f"{package.name}: {package.stat().st_size / 1e3:.0f} kB, loaded in {aoti_l
 assert torch.equal(served, compiled_out), "the same kernels as torch.compile, the same numbers"
 
 # %%
-# What makes the package int8: its generated C++ (in the archive, beside the compiled
-# library) calls oneDNN's int8 conv and linear kernels, each with its fused post-op.
+# What makes the package int8: its generated C++ (``wrapper.cpp`` in the archive, beside the
+# compiled library) calls oneDNN's int8 conv kernel for each of the three convs and its int8
+# linear kernel for each of the two linears, and no other kernel of ATen's.
+# ``kernel_calls`` counts those calls.
 
-with zipfile.ZipFile(package) as archive:
-    source = "".join(
-        archive.read(name).decode() for name in archive.namelist() if name.endswith("wrapper.cpp")
-    )
-calls = re.findall(r"aoti_torch_cpu__(q\w+_pointwise)_tensor\(.*?\"(\w+)\"", source)
-for kernel, post_op in calls:
-    print(f"{kernel:18} post-op {post_op}")
-assert [k for k, _ in calls] == ["qconv_pointwise"] * 3 + ["qlinear_pointwise"] * 2
+calls = kernel_calls(package)
+for kernel, count in calls.items():
+    print(f"{kernel:18} × {count}")
+assert calls == {"qconv_pointwise": 3, "qlinear_pointwise": 2}, "int8 kernels, and only those"
 
 # %%
 # Size and loading time side by side. The program file is mostly weights and the graph's
@@ -190,14 +159,14 @@ print(f"{'AOTInductor package':24} {package_kb:5.0f} kB {aoti_load_seconds:8.2f}
 # %%
 # Step 4 — Threads for serving
 # ----------------------------
-# The package runs on PyTorch's intra-op threads: ``torch.set_num_threads(n)`` at the start
-# of the server (or ``OMP_NUM_THREADS=n`` in its environment) sets how many. One request then
-# uses up to ``n`` cores. For throughput, run **one process per core with one thread each**:
-# the processes never wait for each other, where threads of one small request spend much of
-# their time synchronising. Never give all processes together more threads than cores: they
-# would take turns. The timings below (printed, never asserted) compare one thread with all
-# cores for this one small batch; on a shared machine of two cores the second number measures
-# the neighbours as much as the model.
+# The package's int8 kernels run on PyTorch's intra-op threads: ``torch.set_num_threads(n)``
+# at the start of the server (or ``OMP_NUM_THREADS=n`` in its environment) sets how many. One
+# request then uses up to ``n`` cores. For throughput, run **one process per core with one
+# thread each**: the processes never wait for each other, where threads of one small request
+# spend much of their time synchronising. Never give all processes together more threads than
+# cores: they would take turns. The timings below (printed, never asserted) compare one thread
+# with all cores for this one small batch; on a shared machine of two cores the second number
+# measures the neighbours as much as the model.
 
 for threads in sorted({1, os.cpu_count() or 1}):
     timing = compare_speed({"package": runner}, (images,), threads=threads)

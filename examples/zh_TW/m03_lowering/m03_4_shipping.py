@@ -29,21 +29,16 @@ M03-4 部署 int8 模型
 # M04 的手寫數字 CNN，用 ``X86InductorQuantizer`` 的預設設定量化，並以 200 張校準影像校準，
 # 和快速入門那一頁完全一樣。
 
-import hashlib
 import os
-import re
 import tempfile
 import time
 import warnings
-import zipfile
 from pathlib import Path
 
 import torch
-from filelock import FileLock
 from torch._dynamo.utils import counters
 
-import common
-from common.cpu import describe
+from common.aoti import compiled_package, kernel_calls
 from common.data import accuracy, digits, export_digits_model, train_digits_cnn
 from common.pt2e import quiet, x86_quantizer
 from common.timing import compare_speed
@@ -117,39 +112,14 @@ assert abs(int8_accuracy - accuracy(loaded.module())) <= 0.01, "真正的 int8 �
 # 呼叫的物件。
 #
 # 「機器碼」帶來兩個後果。套件是針對所給程式的輸入形狀編譯的：這裡是一批 500 張影像（練習 2
-# 示範換成別的批次會怎樣）。而且它只適用於一個 PyTorch 版本、一種 CPU 指令集：快取套件時，要用
-# 產生它的一切當作鍵——圖的程式碼、weight、輸入形狀、PyTorch 版本與 CPU 的運算路徑（存下的
-# 檔案不能當鍵：每次執行，它的位元組都不一樣）。``packaged`` 只在鍵是新的時候才編譯，所以重新
-# 建置這一頁不會重新編譯。
+# 示範換成別的批次會怎樣）。而且它只適用於一個 PyTorch 版本、一種 CPU 指令集。所以套件要用
+# 產生它的一切當作鍵來保存：圖的程式碼與它的 weight（算什麼、用什麼算）、輸入形狀、PyTorch
+# 版本、CPU 的運算路徑，以及執行緒數（inductor 會把它寫進自己產生的迴圈）。存下的檔案不能當鍵：
+# 每次編譯，它的位元組都不一樣。``common.aoti.compiled_package`` 只在鍵是新的時候才編譯，並用鍵
+# 替檔案命名，所以重新建置這一頁不會重新編譯。
 
-# 原始碼的工作目錄把套件放在 build/cache/；安裝版的課程則放在暫存資料夾。
-CHECKOUT = Path(common.__file__).resolve().parents[1]
-CACHE = CHECKOUT / "build" / "cache" if (CHECKOUT / "pyproject.toml").exists() else folder
-
-
-def packaged(program) -> Path:
-    """``program`` 的 AOTInductor 套件；還沒有快取時，開啟 freezing 編譯。"""
-    key = hashlib.sha256(program.graph_module.code.encode())  # 程式算什麼、
-    for name, value in sorted({**program.state_dict, **program.constants}.items()):
-        key.update(name.encode() + value.detach().contiguous().numpy().tobytes())  # 用什麼算、
-    key.update(f"{tuple(images.shape)} {torch.__version__} {describe().kernel_path}".encode())
-    path = CACHE / f"digits_int8_aoti-{key.hexdigest()[:16]}.pt2"
-    CACHE.mkdir(parents=True, exist_ok=True)
-    with FileLock(f"{path}.lock"):  # 另一種語言的建置可能正在編譯同一個套件
-        if not path.exists():
-            tmp = path.with_name(f".{path.stem}-{os.getpid()}.pt2")  # 只留下完整的檔案
-            with torch.no_grad():
-                torch._inductor.aoti_compile_and_package(
-                    program, package_path=str(tmp), inductor_configs={"freezing": True}
-                )
-            tmp.replace(path)
-    return path
-
-
-# %%
-# 給套件的程式有固定的批次大小 500（由載入的程式重新匯出）。
-
-package = packaged(torch.export.export(loaded.module(), (images,)))
+fixed = torch.export.export(loaded.module(), (images,))  # 套件的程式：500 張影像
+package = compiled_package(fixed, "digits_int8_aoti")
 started = time.perf_counter()
 runner = torch._inductor.aoti_load_package(str(package))
 aoti_load_seconds = time.perf_counter() - started
@@ -159,17 +129,14 @@ print(f"{package.name}：{package.stat().st_size / 1e3:.0f} kB，載入花了 {a
 assert torch.equal(served, compiled_out), "和 torch.compile 同樣的運算，同樣的數字"
 
 # %%
-# 讓套件成為 int8 的是：它產生的 C++（在封存檔裡，就在編譯好的函式庫旁邊）呼叫 oneDNN 的
-# int8 conv 與 linear 運算，每一個都融合了它的後置運算（post-op）。
+# 套件之所以是 int8，是因為它產生的 C++（封存檔裡的 ``wrapper.cpp`` ，就在編譯好的函式庫
+# 旁邊）為三個 conv 各呼叫一次 oneDNN 的 int8 conv kernel、為兩個 linear 各呼叫一次它的 int8
+# linear kernel，沒有呼叫 ATen 的其他 kernel。``kernel_calls`` 會數出這些呼叫。
 
-with zipfile.ZipFile(package) as archive:
-    source = "".join(
-        archive.read(name).decode() for name in archive.namelist() if name.endswith("wrapper.cpp")
-    )
-calls = re.findall(r"aoti_torch_cpu__(q\w+_pointwise)_tensor\(.*?\"(\w+)\"", source)
-for kernel, post_op in calls:
-    print(f"{kernel:18} 後置運算 {post_op}")
-assert [k for k, _ in calls] == ["qconv_pointwise"] * 3 + ["qlinear_pointwise"] * 2
+calls = kernel_calls(package)
+for kernel, count in calls.items():
+    print(f"{kernel:18} × {count}")
+assert calls == {"qconv_pointwise": 3, "qlinear_pointwise": 2}, "只有 int8 kernel"
 
 # %%
 # 大小與載入時間並列比較。程式檔大多是 weight 和圖的描述；套件多了編譯好的函式庫和包在外面的
@@ -184,7 +151,7 @@ print(f"{'AOTInductor 套件':22} {package_kb:5.0f} kB {aoti_load_seconds:8.2f} 
 # %%
 # 步驟 4 — 提供服務時的執行緒
 # ----------------------------
-# 套件在 PyTorch 的運算內執行緒（intra-op threads）上執行：在伺服器啟動時呼叫
+# 套件的 int8 kernel 在 PyTorch 的運算內執行緒（intra-op threads）上執行：在伺服器啟動時呼叫
 # ``torch.set_num_threads(n)`` （或在它的環境裡設定 ``OMP_NUM_THREADS=n`` ）決定有幾個。
 # 這樣一個請求最多用到 ``n`` 個核心。
 # 要追求吞吐量，就 **每個核心一個行程、每個行程一個執行緒** ：行程之間從不互相等待，而同一個

@@ -1,4 +1,24 @@
-"""Helpers shared by the pt2e-course lessons: model zoo, export, pictures."""
+"""Helpers shared by the pt2e-course lessons, one job per module.
+
+- ``aoti``: AOTInductor packages compiled once, cached by what made them; the kernels they call.
+- ``charts``: the course's look for charts and printed tables (CJK fonts, display widths).
+- ``cpu``: what this CPU gives int8 kernels (ISA, VNNI, AMX), and a step run under another ISA.
+- ``data``: the digits data in fixed splits, the CNN and ViT trained on them, ``accuracy``.
+- ``edge``: ExecuTorch: ``CoursePartitioner`` written by hand, ``to_executorch``, ``delegated``.
+- ``expect``: ``expect_error``, an expected error shown as its type and first line.
+- ``handmade``: ``prepare`` and ``convert`` written by hand, bit-exact with torchao's.
+- ``kernels``: ``kernels_run``, the compute kernels a model really ran, from ``torch.profiler``.
+- ``lowering``: x86 lowering written by hand (``lower``), bit-exact with torchao's.
+- ``models``: the model zoo, ``get_model`` and ``example_inputs``.
+- ``numerics``: quantization error: every node's output (``record``), ``sqnr``, BatchNorm folded.
+- ``pt2e``: export, calibration, the x86 quantizer, frozen constants, quieter logs.
+- ``quantizer``: ``CourseQuantizer``, the course's own PT2E quantizer.
+- ``results``: the figures a lesson publishes for the landing page while the site is built.
+- ``timing``: ``compare_speed`` and ``race``, timings that hold on a small shared machine.
+- ``viz``: ``draw`` and ``draw_diff``, torch.fx graphs as Graphviz pictures.
+
+Importing ``common`` checks that the pinned torch and torchao are installed.
+"""
 
 from importlib import metadata
 

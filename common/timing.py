@@ -290,32 +290,23 @@ def _measure(models: dict, args: tuple, rounds: int, warmup: int, count: int) ->
 
 
 @dataclass
-class Race:
-    """The result of ``race``: the timings, the compiled models, and the kernels they ran.
+class Race(Timings):
+    """The result of ``race``: the ``Timings``, the compiled models and the kernels they ran.
 
     Attributes:
-        timings: ``Timings`` of the models as raced.
         models: label to the callable that was timed (the ``torch.compile``'d copy).
         kernels: label to ``KernelsRun``, read after the timing rounds (the same as before
             them, or ``race`` would have raised).
     """
 
-    timings: Timings
-    models: dict
-    kernels: dict
-
-    def __getitem__(self, label: str) -> Timing:
-        return self.timings[label]
-
-    def ratio(self, slower: str, faster: str) -> float:
-        """How many times faster ``faster`` is than ``slower`` (medians)."""
-        return self.timings.ratio(slower, faster)
+    models: dict = field(default_factory=dict)
+    kernels: dict = field(default_factory=dict)
 
     def table(self) -> str:
         """The timings' table, then one line per model saying which kernels it ran."""
-        width = max(display_width(label) for label in self.kernels)
+        width = max((display_width(label) for label in self.kernels), default=5)
         lines = [f"{pad(label, width)}  ran {k.summary}" for label, k in self.kernels.items()]
-        return "\n".join([self.timings.table(), *lines])
+        return "\n".join([super().table(), *lines])
 
 
 def race(
@@ -388,4 +379,4 @@ def race(
                 f"{label!r} ran other kernels after timing than before (it recompiled): "
                 f"before {before[label].summary}; after {after[label].summary}"
             )
-    return Race(timings=timings, models=compiled, kernels=after)
+    return Race(**vars(timings), models=compiled, kernels=after)

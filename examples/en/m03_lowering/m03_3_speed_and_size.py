@@ -7,11 +7,13 @@ weights are stored as int8) but not the speed: its convs still run in float, wit
 and dequantize around them. This lesson times one model in three settings — eager, compiled,
 compiled with **freezing** — float beside int8 in each, on both kernel paths of this CPU, and
 weighs the saved files. Timings are printed with how they were taken, never asserted; what is
-asserted is what makes int8 fast: the int8 oneDNN ops in the compiled graph.
+asserted is what makes int8 fast: the int8 oneDNN kernels that each timed model really ran,
+read from the profiler before and after its timing rounds.
 
 **What you will learn**
 
-- Why int8 compiled without freezing gains nothing on float compiled the same way
+- Why int8 compiled without freezing gains nothing on float compiled the same way, and how
+  to prove which kernels ran
 - What VNNI and AMX change, and what a CPU without them gets
 - How much smaller an int8 program is on disk
 
@@ -31,7 +33,6 @@ asserted is what makes int8 fast: the int8 oneDNN ops in the compiled graph.
 # ``compare_speed`` times models in interleaved rounds, on one thread when the machine has
 # two cores or fewer, and prints medians with their spread, the load average and the CPU.
 
-import copy
 import io
 import warnings
 
@@ -41,9 +42,10 @@ from torch._dynamo.utils import counters
 
 from common.charts import use_course_style
 from common.cpu import describe, run_under_isa, weaker_paths
+from common.kernels import kernels_run
 from common.models import example_inputs, get_model, input_shape
 from common.pt2e import export_module, quiet, x86_quantizer
-from common.timing import Timing, compare_speed, timing_threads
+from common.timing import Timing, compare_speed, race
 from common.viz import draw
 
 quiet()
@@ -68,24 +70,17 @@ print(cpu.verdict)
 print(f"batch {BATCH} of {input_shape('conv_net')} images")
 
 # %%
-# ``compiled`` compiles a copy of a model with ``torch.compile``, freezing on or off, and runs
-# it once (the compilation happens then); it returns the compiled model and how many convs
-# inductor prepacked for oneDNN's int8 kernels. It compiles with the thread count the timing
-# uses: inductor writes the count into the code it generates, and code compiled for two
-# threads but timed against one-thread models is no longer like with like.
+# ``race`` (``common.timing``) compiles a copy of each model with ``torch.compile`` and times
+# them. It compiles under ``torch.no_grad()`` at the thread count the timing uses (inductor
+# writes the count into its code), sets freezing for the whole process (a recompile must not
+# lose it), and reads with the profiler (``common.kernels.kernels_run``) which compute kernels
+# each model ran, before and after the timing rounds. Its docstring says why each rule exists.
+#
+# The profiler is the proof to run on your own models: it lists the kernels a call really
+# dispatched. Here is the q/dq model, eager: float convs and matmuls, no int8 kernel.
 
-
-def compiled(model, *, freezing: bool):
-    counters.clear()
-    before = torch.get_num_threads()
-    torch.set_num_threads(timing_threads())  # inductor writes the thread count into its code
-    try:
-        with torch._inductor.config.patch(freezing=freezing), torch.no_grad():
-            fast = torch.compile(copy.deepcopy(model))  # a copy: its own compiled code
-            fast(*x)
-    finally:
-        torch.set_num_threads(before)
-    return fast, counters["inductor"]["qconv_weight_prepack_matcher_count"]
+print(f"q/dq model, eager: {kernels_run(int8_model, x).summary}")
+assert not kernels_run(int8_model, x).int8, "the q/dq model computes in float"
 
 
 # %%
@@ -113,32 +108,33 @@ print(eager.table())
 # this way is still the simulation, compiled: it gains nothing on fp32 compiled the same way.
 # That is the trap users meet first.
 
-plain = {}
-for label, model in (("fp32", float_model), ("int8", int8_model)):
-    plain[label], packed = compiled(model, freezing=False)
-    if label == "int8":
-        print(f"int8, freezing=False: {packed} convs prepacked for oneDNN")
-        assert packed == 0, "without freezing inductor prepacks nothing"
-plain = compare_speed(plain, x)
+plain = race({"fp32": float_model, "int8": int8_model}, x, freezing=False)
 print(plain.table())
 print(f"without freezing, int8 takes {plain.ratio('int8', 'fp32'):.2f}× the time of fp32")
+assert not plain.kernels["int8"].int8, "without freezing the int8 model ran float kernels only"
 
 # %%
 # Step 3 — torch.compile with freezing
 # ------------------------------------
 # With ``torch._inductor.config.freezing = True`` the weights are constants: the same prepack
-# and fusion patterns as M03-1 fire, the counters say so, and int8 runs oneDNN's int8 convs.
-# Again both models in the same setting.
+# and fusion patterns as M03-1 fire, and int8 runs oneDNN's int8 convs and linears. Again both
+# models in the same setting.
 
-frozen = {}
-for label, model in (("fp32", float_model), ("int8", int8_model)):
-    frozen[label], packed = compiled(model, freezing=True)
-    if label == "int8":
-        print(f"int8, freezing=True: {packed} convs prepacked for oneDNN")
-        assert packed == 4, "with freezing inductor prepacks all four int8 convs"
-frozen = compare_speed(frozen, x)
+counters.clear()
+frozen = race({"fp32": float_model, "int8": int8_model}, x)
 print(frozen.table())
 print(f"with freezing, int8 runs {frozen.ratio('fp32', 'int8'):.2f}× as fast as fp32")
+ran = frozen.kernels["int8"]
+assert ran.int8["onednn::qconv_pointwise"] == 4 and not ran.float, "every conv and linear int8"
+
+# %%
+# Inductor's counters tell the same story, but they are a record of the *compile*: they keep
+# saying "4 convs prepacked" after a recompile that lost freezing (troubleshooting m99_3
+# shows it). The profiler's list above is what ran.
+
+packed = counters["inductor"]["qconv_weight_prepack_matcher_count"]
+print(f"inductor's counter: {packed} int8 convs prepacked while compiling")
+assert packed == 4, "the compile prepacked all four int8 convs"
 # sphinx_gallery_start_ignore
 from common.results import publish  # the landing page's figures
 
@@ -146,6 +142,8 @@ publish("cpu", cpu.verdict)
 publish("int8_path", cpu.onednn)
 publish("timing_threads", frozen.threads)
 publish("int8_speedup_compiled", frozen.ratio("fp32", "int8"))
+publish("compiled_spreads", [frozen["fp32"].spread, frozen["int8"].spread])
+publish("compiled_load", frozen.load[0])
 # sphinx_gallery_end_ignore
 
 # %%
@@ -224,6 +222,10 @@ for path, (fp32, int8, load) in rows.items():
 # sphinx_gallery_start_ignore
 speedups = {path: fp32.median / int8.median for path, (fp32, int8, _) in rows.items()}
 publish("int8_speedup_eager", speedups)
+publish(
+    "eager_spreads", {path: [fp32.spread, int8.spread] for path, (fp32, int8, _) in rows.items()}
+)
+publish("eager_loads", {path: load for path, (_, _, load) in rows.items()})
 # sphinx_gallery_end_ignore
 
 # %%

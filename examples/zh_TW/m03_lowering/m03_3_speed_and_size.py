@@ -6,11 +6,13 @@ M03-3 量測速度與大小
 速度：它的 conv 仍以浮點數計算，前後還夾著 quantize 與 dequantize。本課在三種設定下計時
 同一個模型——eager、編譯、開啟 **凍結（freezing）** 的編譯——每種設定裡浮點數與 int8 並排，
 而且涵蓋這顆 CPU 的兩條 kernel 路徑，並秤一秤存檔的大小。計時連同量測方式一起印出，從不
-assert；assert 的是讓 int8 變快的東西：編譯後的圖裡 oneDNN 的 int8 運算。
+assert；assert 的是讓 int8 變快的東西：每個計時的模型實際執行的 oneDNN int8 kernel，在計時
+前後都從 profiler 讀出。
 
 **你會學到**
 
-- 為什麼沒有 freezing 的 int8 編譯結果，不比同樣方式編譯的浮點數快
+- 為什麼沒有 freezing 的 int8 編譯結果，不比同樣方式編譯的浮點數快，以及怎麼證明執行了
+  哪些 kernel
 - VNNI 與 AMX 改變了什麼，沒有它們的 CPU 又能得到什麼
 - int8 程式存檔後小了多少
 
@@ -29,7 +31,6 @@ assert；assert 的是讓 int8 變快的東西：編譯後的圖裡 oneDNN 的 i
 # 足以發揮作用（16×16 的小模型，時間都花在額外開銷上）。 ``compare_speed`` 讓模型交錯輪流
 # 計時，在核心數不超過兩個的機器上只用一個執行緒，並印出中位數與離散程度、平均負載和 CPU。
 
-import copy
 import io
 import warnings
 
@@ -39,9 +40,10 @@ from torch._dynamo.utils import counters
 
 from common.charts import use_course_style
 from common.cpu import describe, run_under_isa, weaker_paths
+from common.kernels import kernels_run
 from common.models import example_inputs, get_model, input_shape
 from common.pt2e import export_module, quiet, x86_quantizer
-from common.timing import Timing, compare_speed, timing_threads
+from common.timing import Timing, compare_speed, race
 from common.viz import draw
 
 quiet()
@@ -66,23 +68,17 @@ print(cpu.verdict)
 print(f"每批 {BATCH} 張 {input_shape('conv_net')} 影像")
 
 # %%
-# ``compiled`` 用 ``torch.compile`` 編譯模型的一份複本（freezing 開或關），並執行一次
-# （編譯就發生在這時）；它回傳編譯後的模型，以及 inductor 為 oneDNN 的 int8 kernel 預先打包了
-# 幾個 conv。編譯時用的執行緒數量和計時時相同：inductor 會把這個數量寫進它產生的程式碼，
-# 為兩個執行緒編譯、卻和單執行緒的模型一起計時，就不再是同類相比。
+# ``race`` （ ``common.timing`` ）用 ``torch.compile`` 編譯每個模型的一份複本並計時。它在
+# ``torch.no_grad()`` 之下、用計時時的執行緒數編譯（inductor 會把這個數量寫進它產生的程式碼），
+# 把 freezing 設在整個行程（重新編譯時不能丟掉它），並在計時前後用 profiler
+# （ ``common.kernels.kernels_run`` ）讀出每個模型執行了哪些運算 kernel。每條規則的理由寫在它的
+# docstring 裡。
+#
+# 在自己的模型上，該跑的證明就是 profiler：它列出一次呼叫實際派送的 kernel。以下是以 eager
+# 方式執行的 q/dq 模型：浮點數的 conv 與矩陣乘法，沒有任何 int8 kernel。
 
-
-def compiled(model, *, freezing: bool):
-    counters.clear()
-    before = torch.get_num_threads()
-    torch.set_num_threads(timing_threads())  # inductor 把執行緒數量寫進它產生的程式碼
-    try:
-        with torch._inductor.config.patch(freezing=freezing), torch.no_grad():
-            fast = torch.compile(copy.deepcopy(model))  # 複本：有自己的編譯程式碼
-            fast(*x)
-    finally:
-        torch.set_num_threads(before)
-    return fast, counters["inductor"]["qconv_weight_prepack_matcher_count"]
+print(f"q/dq 模型，eager：{kernels_run(int8_model, x).summary}")
+assert not kernels_run(int8_model, x).int8, "q/dq 模型用浮點數計算"
 
 
 # %%
@@ -109,32 +105,32 @@ print(eager.table())
 # 周圍產生浮點數 conv。所以這樣編譯的 int8 仍然是模擬，只是被編譯了：它不比同樣方式編譯的
 # fp32 快。這就是使用者最先掉進去的陷阱。
 
-plain = {}
-for label, model in (("fp32", float_model), ("int8", int8_model)):
-    plain[label], packed = compiled(model, freezing=False)
-    if label == "int8":
-        print(f"int8，freezing=False：{packed} 個 conv 為 oneDNN 預先打包")
-        assert packed == 0, "沒有 freezing，inductor 什麼都不預先打包"
-plain = compare_speed(plain, x)
+plain = race({"fp32": float_model, "int8": int8_model}, x, freezing=False)
 print(plain.table())
 print(f"沒有 freezing 時，int8 花的時間是 fp32 的 {plain.ratio('int8', 'fp32'):.2f} 倍")
+assert not plain.kernels["int8"].int8, "沒有 freezing，int8 模型只執行浮點數 kernel"
 
 # %%
 # 步驟 3 — 開啟 freezing 的 torch.compile
 # ---------------------------------------
 # 設定 ``torch._inductor.config.freezing = True`` 後 weight 成為常數：和 M03-1 相同的預先打包
-# 與融合模式就會生效（inductor 的計數器也證實了這一點），int8 也就執行 oneDNN 的 int8 conv。
-# 兩個模型同樣在相同的設定下比較。
+# 與融合模式就會生效，int8 執行 oneDNN 的 int8 conv 與 linear。兩個模型同樣在相同的設定下比較。
 
-frozen = {}
-for label, model in (("fp32", float_model), ("int8", int8_model)):
-    frozen[label], packed = compiled(model, freezing=True)
-    if label == "int8":
-        print(f"int8，freezing=True：{packed} 個 conv 為 oneDNN 預先打包")
-        assert packed == 4, "開了 freezing，inductor 預先打包全部四個 int8 conv"
-frozen = compare_speed(frozen, x)
+counters.clear()
+frozen = race({"fp32": float_model, "int8": int8_model}, x)
 print(frozen.table())
 print(f"開了 freezing，int8 的速度是 fp32 的 {frozen.ratio('fp32', 'int8'):.2f} 倍")
+ran = frozen.kernels["int8"]
+assert ran.int8["onednn::qconv_pointwise"] == 4 and not ran.float, "每個 conv 與 linear 都是 int8"
+
+# %%
+# inductor 的計數器說的是同一件事，但它們記錄的是「編譯」：重新編譯丟掉 freezing 之後，它們
+# 仍然說「預先打包了 4 個 conv」（疑難排解 m99_3 重現了這個情況）。上面 profiler 列出的才是
+# 實際執行的。
+
+packed = counters["inductor"]["qconv_weight_prepack_matcher_count"]
+print(f"inductor 的計數器：編譯時預先打包了 {packed} 個 int8 conv")
+assert packed == 4, "編譯時預先打包了全部四個 int8 conv"
 # sphinx_gallery_start_ignore
 from common.results import publish  # 首頁引用的數字
 
@@ -142,6 +138,8 @@ publish("cpu", cpu.verdict)
 publish("int8_path", cpu.onednn)
 publish("timing_threads", frozen.threads)
 publish("int8_speedup_compiled", frozen.ratio("fp32", "int8"))
+publish("compiled_spreads", [frozen["fp32"].spread, frozen["int8"].spread])
+publish("compiled_load", frozen.load[0])
 # sphinx_gallery_end_ignore
 
 # %%
@@ -217,6 +215,10 @@ for path, (fp32, int8, load) in rows.items():
 # sphinx_gallery_start_ignore
 speedups = {path: fp32.median / int8.median for path, (fp32, int8, _) in rows.items()}
 publish("int8_speedup_eager", speedups)
+publish(
+    "eager_spreads", {path: [fp32.spread, int8.spread] for path, (fp32, int8, _) in rows.items()}
+)
+publish("eager_loads", {path: load for path, (_, _, load) in rows.items()})
 # sphinx_gallery_end_ignore
 
 # %%

@@ -171,7 +171,7 @@ def timing_key(models: dict, args: tuple, *settings) -> str | None:
 
     The models' code and weights, the inputs' shapes and dtypes, torch's version, this CPU
     and kernel path (``describe()``), the timing's thread count and any ``settings`` (e.g.
-    compiled, freezing). Models must be ``nn.Module``s that are not compiled yet (a compiled
+    compiled, freezing). Models must be modules (``nn.Module``) not compiled yet (a compiled
     one hides what it was compiled with).
     """
     digest = hashlib.sha256()

@@ -172,7 +172,8 @@ assert int8_weights <= 0.3 * fp32_weights, "int8 weights take about a quarter of
 #    inputs you serve, not the inductor counters, which describe the first compile only.
 #
 # ``common.timing.race`` follows all five. The troubleshooting page
-# :ref:`lowering and speed <sphx_glr_lessons_troubleshooting_m99_3_lowering_and_speed.py>`
+# :ref:`Troubleshooting: lowering and speed
+# <sphx_glr_lessons_troubleshooting_m99_3_lowering_and_speed.py>`
 # shows each trap, reproduced, with its fix.
 #
 # - Saving and serving the int8 model, with AOTInductor:

@@ -98,12 +98,16 @@ assert type(quantizer).__module__.startswith("torchao."), "the quantizer is torc
 # The graph was exported (or calibrated) with batches of 8 and is then called with 4.
 # ``torch.export`` specialises every dimension it is not told is dynamic, and the
 # ``_guards_fn`` node at the top of ``.module()`` checks the input before anything runs — in
-# the exported graph and, as here, in the prepared one that ``calibrate`` feeds.
+# the exported graph and, as here, in the prepared one that ``calibrate`` feeds. The number
+# is the example's batch size, whatever it was: ``== 1``, ``== 32``, …
 
 fixed = prepare_pt2e(export_module(get_model("small_cnn"), x), x86_quantizer())
 calibrate(fixed)
 with expect_error(AssertionError, match="Guard failed: x.size()[0] == 8"):
     fixed(*example_inputs(4))
+single = export_module(get_model("small_cnn"), example_inputs(1))
+with expect_error(AssertionError, match="Guard failed: x.size()[0] == 1"):
+    single(*x)
 
 # %%
 # **Fix**: export with the batch dimension declared dynamic; calibration and every later
@@ -116,6 +120,31 @@ dynamic = prepare_pt2e(program.module(), x86_quantizer())
 calibrate(dynamic)
 converted = convert_pt2e(dynamic)
 assert converted(*example_inputs(4)).shape == (4, 10), "batch 4 runs after calibrating on 8"
+
+# %%
+# torch._dynamo.exc.UserError: Constraints violated (batch)!
+# ----------------------------------------------------------
+# The batch dimension is declared dynamic, as the previous entry advises, but the example
+# given to ``torch.export`` has a batch of 1. The message goes on: "You marked batch as
+# dynamic but your code specialized it to be a constant (1)."
+
+with expect_error(torch._dynamo.exc.UserError, match="Constraints violated (batch)!"):
+    torch.export.export(get_model("small_cnn"), example_inputs(1), dynamic_shapes=({0: batch},))
+
+# %%
+# **Cause**: export specialises every dimension of size 0 or 1 (a size-1 dimension
+# broadcasts, so the graph traced for it may not hold for other sizes); a dimension declared
+# dynamic and then specialised is a violated constraint.
+#
+# **Fix**: export on an example batch of at least 2; the program then takes any batch size,
+# 1 included (``common.data.export_digits_model`` exports on 2 images for this reason).
+# Dynamic dimensions are explained in
+# :ref:`M00-1 · Getting a graph <sphx_glr_lessons_m00_graphs_m00_1_getting_a_graph.py>`.
+
+program = torch.export.export(
+    get_model("small_cnn"), example_inputs(2), dynamic_shapes=({0: batch},)
+)
+assert program.module()(*example_inputs(1)).shape == (1, 10), "batch 1 runs after exporting on 2"
 
 # %%
 # KeyError: \'source_fn_stack\'

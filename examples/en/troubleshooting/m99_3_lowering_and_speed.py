@@ -128,7 +128,9 @@ assert ran.float and not ran.int8, "float convs, no int8 kernel"
 # for training, weights as inputs, and finds no int8 pattern. No warning says so.
 #
 # **Fix**: compile and call it under ``torch.no_grad()`` (or ``torch.inference_mode()``).
-# Dynamo guards on the grad mode, so the same compiled model recompiles, frozen.
+# Dynamo guards on the grad mode, so the same compiled model recompiles, frozen. The fair
+# race is explained in
+# :ref:`M03-3 · Speed and size, measured <sphx_glr_lessons_m03_lowering_m03_3_speed_and_size.py>`.
 
 with torch.no_grad():
     graded(images)
@@ -163,7 +165,8 @@ assert packed == 3 and ran.float and not ran.int8, "the counters describe the fi
 # **Fix**: set ``torch._inductor.config.freezing = True`` for the process, compile with
 # ``dynamic=False`` (the next entry says why), and check the kernels with the profiler
 # (``common.kernels.kernels_run``) on the shapes you serve. ``common.timing.race`` does all
-# three. Each new batch size now compiles once more, frozen.
+# three. Each new batch size now compiles once more, frozen. The profiler's check is taught in
+# :ref:`M03-3 · Speed and size, measured <sphx_glr_lessons_m03_lowering_m03_3_speed_and_size.py>`.
 
 inductor_config.freezing = True
 with torch.no_grad():
@@ -195,7 +198,11 @@ with torch.no_grad():
 #
 # **Fix**: ``torch.compile(model, dynamic=False)``: every batch size gets code of its own,
 # frozen, as the previous entry showed. Serve a few fixed batch sizes, or pad to them.
+# ``race`` compiles this way
+# (:ref:`M03-3 · Speed and size, measured <sphx_glr_lessons_m03_lowering_m03_3_speed_and_size.py>`).
 
+with torch.no_grad():
+    assert steady(images[:37]).shape == (37, 10), "static code for one more batch size"
 inductor_config.freezing = False
 torch.set_num_threads(threads)
 

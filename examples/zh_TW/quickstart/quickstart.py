@@ -99,7 +99,7 @@ assert not raced.kernels["fp32"].int8, "浮點模型沒有執行任何 int8 kern
 # %%
 # 步驟 4 — 速度
 # -------------
-# 這些數字屬於執行這一頁的 CPU，表格的開頭寫著它的說明。有 **VNNI**（或 AMX）時，oneDNN 做
+# 這些數字屬於執行這一頁的 CPU，表格的開頭寫著它的說明。有 **VNNI** （或 AMX）時，oneDNN 做
 # int8 乘法比浮點數快好幾倍，這麼寬的模型用 int8 大約快 2～3 倍（上限是 4 倍：M03-3 說明其餘的
 # 差距到哪裡去了）；沒有 VNNI 的話，領先的幅度有限。spread 一欄是中間 80 % 輪次的分布寬度：
 # 兩個中位數的差距若落在它之內，就是平手，不能排名次。
@@ -154,7 +154,7 @@ assert int8_weights <= 0.3 * fp32_weights, "int8 weight 大約只佔四分之一
 # 準確度（M04）。
 #
 # 檢查清單：在 x86 上跑 int8，避開陷阱
-# -----------------------------------
+# ------------------------------------
 # 下面每一項都曾讓 int8 不比浮點數快，甚至更慢，而且沒有任何訊息提醒：
 #
 # 1. **以至少 2 的範例批次匯出動態批次。** 為某個批次大小匯出的圖，遇到別的大小會重新編譯
@@ -169,7 +169,7 @@ assert int8_weights <= 0.3 * fp32_weights, "int8 weight 大約只佔四分之一
 #    （profiler），而不是 inductor 的計數器，那只描述第一次編譯。
 #
 # ``common.timing.race`` 五條都做到了。疑難排解頁
-# :ref:`lowering 與速度 <sphx_glr_lessons_troubleshooting_m99_3_lowering_and_speed.py>`
+# :ref:`疑難排解：lowering 與速度 <sphx_glr_lessons_troubleshooting_m99_3_lowering_and_speed.py>`
 # 逐一重現每個陷阱，並附上修正。
 #
 # - 存檔並用 AOTInductor 部署 int8 模型：

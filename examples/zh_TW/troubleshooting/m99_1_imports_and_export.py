@@ -93,12 +93,16 @@ assert type(quantizer).__module__.startswith("torchao."), "quantizer 來自 torc
 # ----------------------------------------------
 # 圖以批次大小 8 匯出（或校準），之後卻用 4 呼叫。``torch.export`` 會把沒有宣告為動態的
 # 每個維度固定下來，``.module()`` 最前面的 ``_guards_fn`` node 在任何運算之前先檢查輸入——
-# 匯出的圖如此，這裡 ``calibrate`` 餵資料的 prepare 後的圖也一樣。
+# 匯出的圖如此，這裡 ``calibrate`` 餵資料的 prepare 後的圖也一樣。訊息裡的數字就是範例的
+# 批次大小，不論是多少：``== 1`` 、``== 32`` ……
 
 fixed = prepare_pt2e(export_module(get_model("small_cnn"), x), x86_quantizer())
 calibrate(fixed)
 with expect_error(AssertionError, match="Guard failed: x.size()[0] == 8"):
     fixed(*example_inputs(4))
+single = export_module(get_model("small_cnn"), example_inputs(1))
+with expect_error(AssertionError, match="Guard failed: x.size()[0] == 1"):
+    single(*x)
 
 # %%
 # **修正**：匯出時把批次維度宣告為動態；之後校準與每次呼叫都可以用任何批次大小。說明見
@@ -110,6 +114,28 @@ dynamic = prepare_pt2e(program.module(), x86_quantizer())
 calibrate(dynamic)
 converted = convert_pt2e(dynamic)
 assert converted(*example_inputs(4)).shape == (4, 10), "以 8 校準後，批次 4 也能執行"
+
+# %%
+# torch._dynamo.exc.UserError: Constraints violated (batch)!
+# ----------------------------------------------------------
+# 批次維度照上一個條目的建議宣告為動態，交給 ``torch.export`` 的範例批次卻是 1。訊息接著說：
+# 「You marked batch as dynamic but your code specialized it to be a constant (1).」
+
+with expect_error(torch._dynamo.exc.UserError, match="Constraints violated (batch)!"):
+    torch.export.export(get_model("small_cnn"), example_inputs(1), dynamic_shapes=({0: batch},))
+
+# %%
+# **原因**：export 會把大小為 0 或 1 的維度固定下來（大小為 1 的維度會被廣播，為它追蹤出的圖
+# 不一定適用於其他大小）；宣告為動態、卻被固定下來的維度，就違反了限制。
+#
+# **修正**：用至少 2 的範例批次匯出；匯出的程式可以接受任何批次大小，包括 1
+# （ ``common.data.export_digits_model`` 就是因此用 2 張影像匯出）。動態維度的說明見
+# :ref:`M00-1 · 取得計算圖 <sphx_glr_lessons_m00_graphs_m00_1_getting_a_graph.py>`。
+
+program = torch.export.export(
+    get_model("small_cnn"), example_inputs(2), dynamic_shapes=({0: batch},)
+)
+assert program.module()(*example_inputs(1)).shape == (1, 10), "以 2 匯出後，批次 1 也能執行"
 
 # %%
 # KeyError: \'source_fn_stack\'

@@ -125,7 +125,8 @@ assert ran.float and not ran.int8, "浮點數 conv，沒有 int8 kernel"
 # weight 是輸入，找不到 int8 的樣式，也沒有任何警告。
 #
 # **修正**：在 ``torch.no_grad()`` （或 ``torch.inference_mode()`` ）之下編譯與呼叫。dynamo
-# 的 guard 會檢查梯度模式，所以同一個編譯過的模型會重新編譯，這次有凍結。
+# 的 guard 會檢查梯度模式，所以同一個編譯過的模型會重新編譯，這次有凍結。公平比速度的方法見
+# :ref:`M03-3 · 量測速度與大小 <sphx_glr_lessons_m03_lowering_m03_3_speed_and_size.py>`。
 
 with torch.no_grad():
     graded(images)
@@ -135,7 +136,7 @@ assert ran.int8 and not ran.float, "只有 int8 kernel"
 
 # %%
 # 計數器說是 int8，profiler 卻說是浮點數
-# -------------------------------------
+# --------------------------------------
 # inductor 的計數器回報它預先打包了 int8 conv，模型執行的卻是浮點數 conv。原因是 freezing 用
 # ``config.patch`` 包在第一次呼叫外面，而之後用另一個輸入形狀的呼叫（或在
 # ``torch._dynamo.reset()`` 之後）在區塊外重新編譯。
@@ -159,7 +160,8 @@ assert packed == 3 and ran.float and not ran.int8, "計數器描述的是第一�
 # **修正**：把 ``torch._inductor.config.freezing = True`` 設在整個行程，用 ``dynamic=False``
 # 編譯（原因見下一個條目），並在你要服務的形狀上用 profiler（ ``common.kernels.kernels_run`` ）
 # 檢查 kernel。``common.timing.race`` 三件事都做了。現在每個新的批次大小會再編譯一次，同樣
-# 有凍結。
+# 有凍結。用 profiler 檢查的方法見
+# :ref:`M03-3 · 量測速度與大小 <sphx_glr_lessons_m03_lowering_m03_3_speed_and_size.py>`。
 
 inductor_config.freezing = True
 with torch.no_grad():
@@ -189,8 +191,11 @@ with torch.no_grad():
 # torchao 0.18）。
 #
 # **修正**：``torch.compile(model, dynamic=False)`` ：每個批次大小都有自己的、凍結過的程式碼，
-# 如上一個條目所示。只服務少數幾個固定的批次大小，或把輸入補齊到這些大小。
+# 如上一個條目所示。只服務少數幾個固定的批次大小，或把輸入補齊到這些大小。``race`` 就是這樣
+# 編譯的（:ref:`M03-3 · 量測速度與大小 <sphx_glr_lessons_m03_lowering_m03_3_speed_and_size.py>`）。
 
+with torch.no_grad():
+    assert steady(images[:37]).shape == (37, 10), "再多一個批次大小，也有它自己的靜態程式碼"
 inductor_config.freezing = False
 torch.set_num_threads(threads)
 
@@ -258,8 +263,9 @@ for node in encoder.graph.find_nodes(op="call_function", target=torch.ops.aten.l
 
 # %%
 # **修正**：每個投影用一個 ``nn.Linear`` ，再用 ``F.scaled_dot_product_attention`` 寫
-# attention；四個投影就都拿到 int8 weight。說明見 :ref:`M05-1 · quantizer 在 attention 裡
-# 看見什麼 <sphx_glr_lessons_m05_transformers_m05_1_attention.py>`。
+# attention；四個投影就都拿到 int8 weight。說明見
+# :ref:`M05-1 · quantizer 在 attention 裡看見什麼
+# <sphx_glr_lessons_m05_transformers_m05_1_attention.py>`。
 
 
 class Attention(nn.Module):

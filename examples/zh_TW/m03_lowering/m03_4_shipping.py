@@ -36,10 +36,10 @@ import warnings
 from pathlib import Path
 
 import torch
-from torch._dynamo.utils import counters
 
 from common.aoti import compiled_package, kernel_calls
 from common.data import accuracy, digits, export_digits_model, train_digits_cnn
+from common.kernels import kernels_run
 from common.pt2e import quiet, x86_quantizer
 from common.timing import compare_speed
 from common.viz import draw
@@ -83,19 +83,20 @@ draw(loaded.module(), highlight=qdq, title="從 digits_int8.pt2 載入：同一�
 # %%
 # 步驟 2 — 開啟 freezing 編譯載入的程式
 # -------------------------------------
-# 載入的程式仍然是 q/dq 的模擬（M03-1）。在提供服務的機器上，它和任何模型一樣要編譯——而且要
-# 開 **freezing** ，否則依然很慢（M03-3）。inductor 的計數器顯示，int8 的模式在載入的圖上和在
-# 原本的圖上一樣觸發。
+# 載入的程式仍然是 q/dq 的模擬（M03-1）。在提供服務的機器上，它和任何模型一樣要編譯：把
+# **freezing** 設在整個行程、在 ``torch.no_grad()`` 之下、每個輸入形狀編譯一次
+# （ ``dynamic=False`` ），否則依然很慢（M03-3 與快速入門的檢查清單）。profiler 顯示，載入的圖
+# 和原本的圖一樣執行 int8 kernel。
 
-counters.clear()
+torch._inductor.config.freezing = True  # 設在整個行程：重新編譯也要保有它（m99_3）
 started = time.perf_counter()
-with torch._inductor.config.patch(freezing=True), torch.no_grad():
-    compiled = torch.compile(loaded.module())
+with torch.no_grad():
+    compiled = torch.compile(loaded.module(), dynamic=False)
     compiled_out = compiled(images)
-compile_seconds = time.perf_counter() - started
-packed = counters["inductor"]["qconv_weight_prepack_matcher_count"]
-print(f"編譯花了 {compile_seconds:.1f} 秒；為 oneDNN int8 預先打包了 {packed} 個 conv")
-assert packed == 3, "freezing 在載入的程式裡找到三個 int8 conv"
+    compile_seconds = time.perf_counter() - started
+    ran = kernels_run(compiled, (images,))
+print(f"編譯花了 {compile_seconds:.1f} 秒；執行了 {ran.summary}")
+assert ran.int8["onednn::qconv_pointwise"] == 3 and not ran.float, "三個 conv 都以 int8 執行"
 int8_accuracy = accuracy(compiled)
 print(f"編譯後 int8 的準確度：{int8_accuracy:.1%}；q/dq 模型：{accuracy(loaded.module()):.1%}")
 assert abs(int8_accuracy - accuracy(loaded.module())) <= 0.01, "真正的 int8 運算，同樣的答案"
@@ -177,8 +178,8 @@ print(timing.header())
 # =========================  ====================================  ========================
 # 部署的形式                 提供服務的機器需要                    第一次呼叫之前
 # =========================  ====================================  ========================
-# ``torch.export.save``      PyTorch、torchao（它的 q/dq 運算）    載入，開 freezing 編譯
-#                            與 C++ 編譯器
+# ``torch.export.save``      PyTorch（先匯入它自己的 q/dq 運算，   載入，開 freezing 編譯
+#                            不需要 torchao）與 C++ 編譯器
 # AOTInductor ``.pt2``       同一版 PyTorch，和建置時同類的 CPU    載入
 # =========================  ====================================  ========================
 #
@@ -191,7 +192,7 @@ print(timing.header())
 # 練習
 # ----
 # 1. 在一個只匯入 torch 的全新 Python 行程裡——就像伺服器的一個 worker——先載入存下的程式，
-#    再載入套件。預測：哪一個需要 torchao？
+#    再載入套件。預測：哪一個需要 ``import torch`` 以外的東西？那會是 torchao 嗎？
 #
 #    .. dropdown:: 解答
 #
@@ -210,8 +211,19 @@ print(timing.header())
 #
 #          as_program = in_fresh_process(f"torch.export.load({str(saved)!r})")
 #          print(as_program.stderr.strip().splitlines()[-1])
-#          assert "error when deserializing" in as_program.stderr, "q/dq 運算屬於 torchao"
+#          assert "error when deserializing" in as_program.stderr, "q/dq 運算還沒註冊"
+#          # 它的運算屬於 aten 與 quantized_decomposed，後者由 torch 自己在
+#          # torch.ao.quantization.fx._decomposed 裡註冊：匯入它就夠了，不需要 torchao。
 #          torch.save(images, folder / "images.pt")
+#          with_ops = in_fresh_process(
+#              "import torch.ao.quantization.fx._decomposed\n"
+#              f"program = torch.export.load({str(saved)!r})\n"
+#              f"out = program.module()(torch.load({str(folder / 'images.pt')!r}))\n"
+#              f"torch.save(out, {str(folder / 'program_out.pt')!r})\n"
+#              "assert 'torchao' not in sys.modules\n"
+#          )
+#          assert with_ops.returncode == 0, with_ops.stderr
+#          assert torch.equal(torch.load(folder / "program_out.pt"), loaded.module()(images))
 #          as_package = in_fresh_process(
 #              "torch.set_num_threads(1)\n"  # 每個核心一個行程、一個執行緒
 #              f"runner = torch._inductor.aoti_load_package({str(package)!r})\n"

@@ -314,6 +314,8 @@ def race(
     args: tuple,
     *,
     freezing: bool = True,
+    also: dict[str, Callable] | None = None,
+    also_key: str | None = None,
     rounds: int = 30,
     warmup: int = 3,
     threads: int | None = None,
@@ -344,6 +346,11 @@ def race(
         models: label to an uncompiled module, e.g. ``{"fp32": exported, "int8": converted}``.
         args: the positional inputs every model is compiled for and called with.
         freezing: the process-wide freezing setting the models are compiled with.
+        also: label to a callable timed in the same rounds without being compiled: an eager
+            model, an ExecuTorch method. Uncompiled modules are keyed like ``models``.
+        also_key: what ``also``'s other callables run (e.g. the ``.pte``'s digest), so that
+            the docs build can measure the race once; without it such a race is measured in
+            each language's build.
         rounds: timed calls per model (see ``compare_speed``).
         warmup: untimed rounds before them.
         threads: thread count for compiling and timing; ``timing_threads()`` when omitted.
@@ -370,8 +377,14 @@ def race(
             compiled[label] = torch.compile(copy.deepcopy(model), dynamic=False)
             compiled[label](*args)  # the first call compiles
         before = {label: kernels_run(fast, args) for label, fast in compiled.items()}
-        key = timing_key(models, args, "compiled", freezing, rounds, warmup, count)
-        timings = _cached(key, lambda: _measure(compiled, args, rounds, warmup, count))
+        extra = dict(also or {})
+        readable = {label: timing_key({label: m}, args) for label, m in extra.items()}
+        key = None  # a callable that timing_key cannot read, and no also_key: measure it
+        if also_key is not None or all(readable.values()):
+            settings = ("compiled", freezing, rounds, warmup, count, also_key, readable)
+            key = timing_key(models, args, *settings)
+        timed = {**compiled, **extra}
+        timings = _cached(key, lambda: _measure(timed, args, rounds, warmup, count))
         after = {label: kernels_run(fast, args) for label, fast in compiled.items()}
     for label in compiled:
         if before[label] != after[label]:

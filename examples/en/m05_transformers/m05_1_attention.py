@@ -196,7 +196,9 @@ assert "blocks.0.attn.out_proj" not in modules and "blocks.0.attn" in modules
 # recipe has two sets of ops. ``default_quantizable_ops`` are annotated under
 # ``set_global``; ``aten.matmul`` is only in the larger ``quantizable_ops``, annotated when
 # you ask for it by function or module name (M05-3). ``scaled_dot_product_attention`` is in
-# neither: SDPA is never quantized, whatever the config.
+# neither: this quantizer never annotates SDPA, whatever its config. (torchao 0.18 has a
+# prototype int8 SDPA fusion for x86, in ``torchao.prototype.inductor``: a separate path, not
+# this quantizer's.)
 
 ops = x86_inductor_quantizer
 print(

@@ -254,8 +254,12 @@ draw(planted_gm, values=finite, value_name="SQNR dB", title="planted outlier: SQ
 # ----------------------------
 # Falling back to float gives up int8 for that layer. SmoothQuant keeps it: for a linear
 # ``y = x·Wᵀ`` any per-channel ``s`` gives ``y = (x / s)·(W·s)ᵀ``. Choose
-# ``s_j = max|x_j|^α / max|W_j|^(1−α)`` (α = 0.5) and the outlier channel shrinks while the
-# weight column grows, where per-channel weight quantization absorbs it. The ``/ s`` costs
+# ``s_j = max|x_j|^α / max|W_j|^(1−α)`` (α = 0.5) and both sides of channel ``j`` meet in the
+# middle: ``max|x_j| / s_j = max|W_j|·s_j = √(max|x_j|·max|W_j|)`` (asserted below). The
+# outlier channel shrinks; weight column ``j`` grows, but only to that geometric mean.
+# Per-channel weight quantization does not absorb the growth (the x86 weight scale is per
+# *output* channel, a row of ``W``, and column ``j`` crosses every row): the balance is what
+# works, neither side is left with an outlier. The ``/ s`` costs
 # nothing: the activation comes out of a LayerNorm, so it folds into the LayerNorm's weight
 # and bias. The M00 moves on the exported graph: find each ``layer_norm`` whose users are all
 # linears (q, k, v share one), read the activation maxima on the calibration images, edit
@@ -276,6 +280,7 @@ with torch.no_grad():
         weights = [smoothed.get_parameter(user.args[1].target) for user in users]
         weight_max = torch.stack([w.abs().amax(dim=0) for w in weights]).amax(dim=0)
         s = (watch.amax[norm.name].sqrt() / weight_max.sqrt()).clamp(min=1e-5)
+        torch.testing.assert_close(watch.amax[norm.name] / s, weight_max * s)  # balanced
         smoothed.get_parameter(norm.args[2].target).div_(s)  # LayerNorm weight
         smoothed.get_parameter(norm.args[3].target).div_(s)  # LayerNorm bias
         for w in weights:

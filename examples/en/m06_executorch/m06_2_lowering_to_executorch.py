@@ -101,7 +101,10 @@ def ops(gm) -> Counter:
 
 def run(executorch_program, inputs):
     with contextlib.redirect_stderr(io.StringIO()):
-        method = Runtime.get().load_program(executorch_program.buffer).load_method("forward")
+        program = Runtime.get().load_program(executorch_program.buffer)
+        method = program.load_method(
+            "forward"
+        )  # a Method does not keep its Program alive: hold both
     return method.execute([*inputs])[0]
 
 

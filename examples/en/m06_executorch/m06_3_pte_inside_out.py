@@ -47,7 +47,7 @@ from common.charts import use_course_style
 from common.models import example_inputs, get_model, input_shape
 from common.numerics import sqnr
 from common.pt2e import export_module, quiet, x86_quantizer
-from common.timing import compare_speed, timing_threads
+from common.timing import race, timing_threads
 from common.viz import draw
 
 quiet()
@@ -220,11 +220,15 @@ assert len(segments[program.constant_segment.segment_index]) == 0, "no portable 
 # Step 4 — Run it on the ExecuTorch runtime
 # -----------------------------------------
 # ``Runtime.get().load_program(...)`` parses the file; ``load_method`` lets XNNPACK compile
-# its payloads; ``execute`` runs the chain. (The runtime logs what it reads about the CPU to
-# stderr on first use; ``redirect_stderr`` keeps that off the page.)
+# its payloads; ``execute`` runs the chain. Keep the ``Program`` in a variable for as long as
+# its methods run: a ``Method`` does not keep it alive, and one whose ``Program`` is gone
+# (``Runtime.get().load_program(data).load_method("forward")`` in one line) crashes the process
+# when it runs. (The runtime logs what it reads about the CPU to stderr on first use;
+# ``redirect_stderr`` keeps that off the page.)
 
 with contextlib.redirect_stderr(io.StringIO()):
-    forward = Runtime.get().load_program(pte_bytes).load_method("forward")
+    program = Runtime.get().load_program(pte_bytes)
+    forward = program.load_method("forward")  # a Method does not keep its Program alive: hold both
 out = forward.execute([x[0]])[0]
 expected = qdq_model(*x)
 last_q = [n for n in qdq_model.graph.nodes if n.target == qd.quantize_per_tensor.default][-1]
@@ -283,25 +287,28 @@ assert abs(last - output_sqnr) < 0.5, "the last row is the output against the q/
 # %%
 # Step 6 — Speed
 # --------------
-# Three ways to run int8 or float on this CPU, timed in interleaved rounds on one thread
-# (XNNPACK's thread pool is set to the same count): float eager, the x86 int8 model compiled
-# with freezing (M03-3), and the ``.pte`` on the ExecuTorch runtime. XNNPACK is written for
-# ARM first; on x86 it uses AVX2 or AVX-512 kernels, with VNNI where the CPU has it, as
-# oneDNN does. The CPU line under the table says which this machine has.
+# Four ways to run float or int8 on this CPU, timed in interleaved rounds on one thread
+# (XNNPACK's thread pool is set to the same count): float and the x86 int8 model, both
+# compiled with freezing by ``race`` (M03-3), float eager, and the ``.pte`` on the ExecuTorch
+# runtime. Like with like: the compiled pair, and eager float beside the runtime, which runs
+# XNNPACK's kernels as they are. XNNPACK is written for ARM first; on x86 it picks AVX2 or
+# AVX-512 kernels itself, from the CPU, and ignores ``ONEDNN_MAX_CPU_ISA`` and
+# ``ATEN_CPU_CAPABILITY``: the CPU line under the table (oneDNN's int8 path) describes the
+# compiled rows, not XNNPACK's.
 
 x86_model = quantized(x86_quantizer())
-with torch._inductor.config.patch(freezing=True), torch.no_grad():
-    x86_compiled = torch.compile(x86_model)
-    x86_compiled(*x)
-timings = compare_speed(
-    {
+timings = race(
+    {"fp32, compile + freezing": float_model, "x86 int8, compile + freezing": x86_model},
+    x,
+    also={
         "fp32 eager": float_model,
-        "x86 int8, compile + freezing": x86_compiled,
         "ExecuTorch XNNPACK int8": lambda image: forward.execute([image])[0],
     },
-    x,
+    also_key=hashlib.sha256(pte_bytes).hexdigest(),
 )
 print(timings.table())
+ran = timings.kernels["x86 int8, compile + freezing"]
+assert ran.int8 and not ran.float, "the compiled x86 int8 model ran oneDNN int8 kernels only"
 
 # %%
 # Step 7 — Size

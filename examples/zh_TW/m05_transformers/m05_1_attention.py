@@ -193,7 +193,9 @@ assert "blocks.0.attn.out_proj" not in modules and "blocks.0.attn" in modules
 # 那 attention 內部的兩個乘積，q·kᵀ 與 v 的加權和呢？quantizer 的配方有兩組運算。
 # ``default_quantizable_ops`` 在 ``set_global`` 之下就會被標註； ``aten.matmul`` 只在較大
 # 的 ``quantizable_ops`` 裡，要依函式或 module 名稱指定時才會標註（M05-3）。
-# ``scaled_dot_product_attention`` 兩組都不在：不論設定為何，SDPA 都不會被量化。
+# ``scaled_dot_product_attention`` 兩組都不在：不論設定為何，這個 quantizer 都不會標註 SDPA。
+# （torchao 0.18 在 ``torchao.prototype.inductor`` 裡有 x86 的 int8 SDPA 融合原型：那是另一條
+# 路，不屬於這個 quantizer。）
 
 ops = x86_inductor_quantizer
 print(

@@ -247,11 +247,14 @@ draw(planted_gm, values=finite, value_name="SQNR dB", title="埋了離群值：�
 # ---------------------------
 # 退回浮點數等於放棄那一層的 int8。SmoothQuant 保住它：對 linear ``y = x·Wᵀ`` ，任何
 # per-channel 的 ``s`` 都有 ``y = (x / s)·(W·s)ᵀ`` 。取
-# ``s_j = max|x_j|^α / max|W_j|^(1−α)`` （α = 0.5），離群通道縮小，weight 的那一欄變大，
-# 而 per-channel 的 weight 量化吸收得了它。 ``/ s`` 不花任何成本：活化值來自 LayerNorm，
-# 所以可以併入 LayerNorm 的 weight 與 bias。在 export 出的圖上用 M00 的手法：找出 users
-# 全是 linear 的 ``layer_norm`` （q、k、v 共用一個），在校準影像上讀出活化值的最大值，
-# 直接修改常數。
+# ``s_j = max|x_j|^α / max|W_j|^(1−α)`` （α = 0.5），通道 ``j`` 的兩邊就在中間相遇：
+# ``max|x_j| / s_j = max|W_j|·s_j = √(max|x_j|·max|W_j|)`` （下面以 assert 驗證）。離群通道
+# 縮小；weight 的第 ``j`` 欄變大，但只大到這個幾何平均。per-channel 的 weight 量化並不會
+# 吸收這個變大（x86 的 weight scale 是每個「輸出」通道一個，也就是 ``W`` 的一列，而第 ``j``
+# 欄橫跨每一列）：真正有用的是平衡，兩邊都不再留下離群值。 ``/ s`` 不花任何成本：活化值
+# 來自 LayerNorm，所以可以併入 LayerNorm 的 weight 與 bias。在 export 出的圖上用 M00 的
+# 手法：找出 users 全是 linear 的 ``layer_norm`` （q、k、v 共用一個），在校準影像上讀出
+# 活化值的最大值，直接修改常數。
 
 smoothed = copy.deepcopy(planted_gm)
 pairs = {
@@ -268,6 +271,7 @@ with torch.no_grad():
         weights = [smoothed.get_parameter(user.args[1].target) for user in users]
         weight_max = torch.stack([w.abs().amax(dim=0) for w in weights]).amax(dim=0)
         s = (watch.amax[norm.name].sqrt() / weight_max.sqrt()).clamp(min=1e-5)
+        torch.testing.assert_close(watch.amax[norm.name] / s, weight_max * s)  # 平衡
         smoothed.get_parameter(norm.args[2].target).div_(s)  # LayerNorm weight
         smoothed.get_parameter(norm.args[3].target).div_(s)  # LayerNorm bias
         for w in weights:

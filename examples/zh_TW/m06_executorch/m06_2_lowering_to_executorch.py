@@ -99,7 +99,8 @@ def ops(gm) -> Counter:
 
 def run(executorch_program, inputs):
     with contextlib.redirect_stderr(io.StringIO()):
-        method = Runtime.get().load_program(executorch_program.buffer).load_method("forward")
+        program = Runtime.get().load_program(executorch_program.buffer)
+        method = program.load_method("forward")  # Method 不會讓它的 Program 存活：兩者都要留著
     return method.execute([*inputs])[0]
 
 

@@ -46,7 +46,7 @@ from common.charts import use_course_style
 from common.models import example_inputs, get_model, input_shape
 from common.numerics import sqnr
 from common.pt2e import export_module, quiet, x86_quantizer
-from common.timing import compare_speed, timing_threads
+from common.timing import race, timing_threads
 from common.viz import draw
 
 quiet()
@@ -215,11 +215,15 @@ assert len(segments[program.constant_segment.segment_index]) == 0, "沒有 porta
 # 步驟 4 — 在 ExecuTorch 執行環境上執行
 # -------------------------------------
 # ``Runtime.get().load_program(...)`` 解析檔案； ``load_method`` 讓 XNNPACK 編譯它的酬載；
-# ``execute`` 執行指令鏈。（執行環境第一次使用時，會把它讀到的 CPU 資訊記錄到 stderr；
-# ``redirect_stderr`` 讓這些訊息不出現在頁面上。）
+# ``execute`` 執行指令鏈。方法還在執行時，要把 ``Program`` 留在變數裡： ``Method`` 不會讓它
+# 存活，而 ``Program`` 已經消失的 ``Method`` （一行寫成
+# ``Runtime.get().load_program(data).load_method("forward")`` ）一執行就讓整個行程當掉。
+# （執行環境第一次使用時，會把它讀到的 CPU 資訊記錄到 stderr； ``redirect_stderr`` 讓這些
+# 訊息不出現在頁面上。）
 
 with contextlib.redirect_stderr(io.StringIO()):
-    forward = Runtime.get().load_program(pte_bytes).load_method("forward")
+    program = Runtime.get().load_program(pte_bytes)
+    forward = program.load_method("forward")  # Method 不會讓它的 Program 存活：兩者都要留著
 out = forward.execute([x[0]])[0]
 expected = qdq_model(*x)
 last_q = [n for n in qdq_model.graph.nodes if n.target == qd.quantize_per_tensor.default][-1]
@@ -275,25 +279,27 @@ assert abs(last - output_sqnr) < 0.5, "最後一列是輸出相對於 q/dq 模�
 # %%
 # 步驟 6 — 速度
 # -------------
-# 在這顆 CPU 上以三種方式執行 int8 或浮點數，用單一執行緒、交錯輪流計時（XNNPACK 的
-# thread pool 也設成相同的數量）：浮點數 eager、以 freezing 編譯的 x86 int8 模型（M03-3），
-# 以及在 ExecuTorch 執行環境上的 ``.pte`` 。XNNPACK 最先是為 ARM 寫的；在 x86 上它使用 AVX2
-# 或 AVX-512 核心程式，CPU 有 VNNI 時也會用上，和 oneDNN 一樣。表格下方的 CPU 那一行說明
-# 這台機器屬於哪一種。
+# 在這顆 CPU 上以四種方式執行浮點數或 int8，用單一執行緒、交錯輪流計時（XNNPACK 的
+# thread pool 也設成相同的數量）：浮點數與 x86 int8 模型，兩者都由 ``race`` 以 freezing 編譯
+# （M03-3）；浮點數 eager；以及在 ExecuTorch 執行環境上的 ``.pte`` 。同類相比：編譯的兩個
+# 一組，eager 浮點數和直接執行 XNNPACK kernel 的執行環境一組。XNNPACK 最先是為 ARM 寫的；在
+# x86 上它依 CPU 自己挑選 AVX2 或 AVX-512 的 kernel，不理會 ``ONEDNN_MAX_CPU_ISA`` 與
+# ``ATEN_CPU_CAPABILITY`` ：表格下方的 CPU 那一行（oneDNN 的 int8 路徑）說明的是編譯的那兩列，
+# 不是 XNNPACK。
 
 x86_model = quantized(x86_quantizer())
-with torch._inductor.config.patch(freezing=True), torch.no_grad():
-    x86_compiled = torch.compile(x86_model)
-    x86_compiled(*x)
-timings = compare_speed(
-    {
+timings = race(
+    {"fp32, compile + freezing": float_model, "x86 int8, compile + freezing": x86_model},
+    x,
+    also={
         "fp32 eager": float_model,
-        "x86 int8, compile + freezing": x86_compiled,
         "ExecuTorch XNNPACK int8": lambda image: forward.execute([image])[0],
     },
-    x,
+    also_key=hashlib.sha256(pte_bytes).hexdigest(),
 )
 print(timings.table())
+ran = timings.kernels["x86 int8, compile + freezing"]
+assert ran.int8 and not ran.float, "編譯後的 x86 int8 模型只執行 oneDNN 的 int8 kernel"
 
 # %%
 # 步驟 7 — 大小

@@ -1,5 +1,6 @@
 """What this CPU gives int8 kernels (ISA, VNNI, AMX, bf16), and running a step under another ISA."""
 
+import hashlib
 import json
 import os
 import subprocess
@@ -190,7 +191,7 @@ def isa_environment(isa: str) -> dict:
     return dict(ISA_PATHS[isa])
 
 
-def run_under_isa(isa: str, source: str, *, timeout: float = 900) -> dict:
+def run_under_isa(isa: str, source: str, *, timeout: float = 900, key: str | None = None) -> dict:
     """Run ``source`` in a fresh Python capped at ``isa``; return its ``result`` and its CPU.
 
     oneDNN and ATen read their ISA caps once per process, so the only way to see another
@@ -205,6 +206,10 @@ def run_under_isa(isa: str, source: str, *, timeout: float = 900) -> dict:
         isa: ``"native"`` or one of ``ISA_PATHS``.
         source: Python statements that set ``result``.
         timeout: seconds before the subprocess is stopped.
+        key: what ``source`` computes, when its text does not say it all (it names
+            temporary files, say); by default the text itself. While the site is built, the
+            step runs once per key and the other language's build reuses its answer
+            (``common.timing.measured_once``).
 
     Returns:
         dict: ``{"result": <result>, "cpu": CpuInfo.as_dict() of the subprocess}``.
@@ -214,6 +219,15 @@ def run_under_isa(isa: str, source: str, *, timeout: float = 900) -> dict:
         RuntimeError: if ``source`` fails or sets no ``result``; the message ends with the
             subprocess's last error line.
     """
+    from common.timing import measured_once  # imported here: common.timing imports this module
+
+    cpu = describe()
+    stamp = [isa, key or source, torch.__version__, cpu.name, cpu.kernel_path]
+    digest = hashlib.sha256(json.dumps(stamp).encode()).hexdigest()[:20]
+    return measured_once.reuse(f"isa-{digest}", lambda: _run_under_isa(isa, source, timeout))
+
+
+def _run_under_isa(isa: str, source: str, timeout: float) -> dict:
     env = {**os.environ, **isa_environment(isa)}
     if isa == "native":
         for variable in {name for path in ISA_PATHS.values() for name in path}:

@@ -9,12 +9,13 @@ operators each call dispatched, so it tells what ran.
 import contextlib
 import os
 import sys
+import time
 from collections import Counter
 from dataclasses import dataclass
 
 import torch
 
-__all__ = ["FLOAT_KERNELS", "KernelsRun", "kernels_run"]
+__all__ = ["FLOAT_KERNELS", "KernelsRun", "kernels_run", "time_by_kind"]
 
 #: The float compute kernels, as the profiler names them: eager convs and matmuls, and what
 #: inductor calls for float convs and linears (oneDNN's prepacked ones with freezing, MKL's
@@ -87,6 +88,37 @@ def kernels_run(model, args: tuple) -> KernelsRun:
         int8=Counter(n for n in names if _is_int8(n)),
         float=Counter(n for n in names if n in FLOAT_KERNELS),
     )
+
+
+def time_by_kind(model, args: tuple, *, calls: int = 10) -> dict[str, float]:
+    """Where one call's time goes: int8 compute kernels, float ones, and everything else.
+
+    ``calls`` calls run under the profiler; each kernel's own time is summed by kind and
+    divided by ``calls``. "other" is the rest of the call's wall time, also under the profiler:
+    quantize and dequantize, layout reorders, pooling, activations and inductor's fused loops,
+    and the Python around them. Like every timing, print it; never assert on it.
+
+    Args:
+        model: a callable, run in the caller's grad mode (as ``kernels_run``).
+        args: its positional inputs.
+        calls: profiled calls, after one untimed call.
+
+    Returns:
+        dict: milliseconds per call, ``{"int8": ..., "float": ..., "other": ..., "total": ...}``.
+    """
+    model(*args)
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    with _without_kineto_lines(), torch.profiler.profile(activities=activities) as profile:
+        started = time.perf_counter()
+        for _ in range(calls):
+            model(*args)
+        total = (time.perf_counter() - started) * 1e3 / calls
+    spent = {"int8": 0.0, "float": 0.0}
+    for event in profile.key_averages():
+        kind = "int8" if _is_int8(event.key) else "float" if event.key in FLOAT_KERNELS else None
+        if kind:
+            spent[kind] += event.cpu_time_total / 1e3 / calls  # microseconds in the profiler
+    return {**spent, "other": max(total - spent["int8"] - spent["float"], 0.0), "total": total}
 
 
 @contextlib.contextmanager

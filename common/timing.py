@@ -121,12 +121,30 @@ def _percentile(values: list, q: float) -> float:
 
 @dataclass
 class _MeasuredOnce:
-    """Where timings are kept while the site is built (``folder``), so that the other
+    """Where measurements are kept while the site is built (``folder``), so that the other
     language's build shows the very figures this one measured; ``None`` when a reader or a
-    test runs a lesson: then every timing is measured afresh. The docs build's per-lesson hook
+    test runs a lesson: then everything is measured afresh. The docs build's per-lesson hook
     (docs/course_gallery.py) sets it."""
 
     folder: Path | None = None
+
+    def reuse(self, key: str | None, measure: Callable[[], dict]) -> dict:
+        """``measure()`` (a JSON value), or what a build of the other language measured for
+        ``key``; measured afresh when ``key`` is None or no build is running."""
+        if key is None or self.folder is None:
+            return measure()
+        from filelock import FileLock  # a build dependency, not a reader's
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self.folder / f"{key}.json"
+        with FileLock(f"{path}.lock"):  # the other language may be measuring it right now
+            if path.exists():
+                return json.loads(path.read_text("utf-8"))
+            found = measure()
+            partial = path.with_suffix(".json.new")
+            partial.write_text(json.dumps(found), "utf-8")
+            partial.replace(path)
+        return found
 
 
 #: Switched on by the docs build; see ``_MeasuredOnce``.
@@ -190,25 +208,11 @@ def timing_key(models: dict, args: tuple, *settings) -> str | None:
 
 def _cached(key: str | None, measure: Callable[[], "Timings"]) -> "Timings":
     """``measure()``, or the figures a build of the other language measured for ``key``."""
-    if key is None or measured_once.folder is None:
-        return measure()
-    from filelock import FileLock  # a build dependency, not a reader's
-
-    folder = measured_once.folder
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{key}.json"
-    with FileLock(f"{path}.lock"):  # the other language may be timing it right now
-        if path.exists():
-            found = json.loads(path.read_text("utf-8"))
-            times = {label: Timing(**t) for label, t in found.pop("times").items()}
-            return Timings(
-                times=times, threads=found["threads"], load=tuple(found["load"]), cpu=found["cpu"]
-            )
-        timings = measure()
-        partial = path.with_suffix(".json.new")
-        partial.write_text(json.dumps(asdict(timings)), "utf-8")
-        partial.replace(path)
-    return timings
+    found = measured_once.reuse(key, lambda: asdict(measure()))
+    times = {label: Timing(**t) for label, t in found["times"].items()}
+    return Timings(
+        times=times, threads=found["threads"], load=tuple(found["load"]), cpu=found["cpu"]
+    )
 
 
 def compare_speed(

@@ -42,7 +42,8 @@ from torch._dynamo.utils import counters
 
 from common.charts import use_course_style
 from common.cpu import describe, run_under_isa, weaker_paths
-from common.kernels import kernels_run
+from common.data import digits, export_digits_model, train_digits_cnn
+from common.kernels import kernels_run, time_by_kind
 from common.models import example_inputs, get_model, input_shape
 from common.pt2e import export_module, quiet, x86_quantizer
 from common.timing import Timing, compare_speed, race
@@ -253,14 +254,98 @@ publish("size_ratio", ratio)
 # sphinx_gallery_end_ignore
 
 # %%
+# Step 7 — How far from 4×?
+# -------------------------
+# With VNNI, one ``vpdpbusd`` multiplies and adds 64 uint8 × int8 pairs into int32 where one
+# float FMA does 16: int8 can be at most 4× as fast, per instruction. Three compute-bound
+# cases show what the same PT2E path reaches on this CPU — 3×3 convs of 128 channels at
+# 56×56, two GEMMs of 256×1024×4096 — and one that is not compute-bound: depthwise convs
+# (``groups=128``), which do 9 multiply-adds per value they load, so memory traffic, not
+# arithmetic, sets their time.
+
+
+def int8_of(model, args):
+    """``model`` through the PT2E flow: export, x86 quantizer, one calibration call, convert."""
+    prepared = prepare_pt2e(export_module(model, args), x86_quantizer())
+    with torch.no_grad():
+        prepared(*args)
+    return convert_pt2e(prepared)
+
+
+def convs(groups: int) -> torch.nn.Module:
+    torch.manual_seed(0)
+    conv = [torch.nn.Conv2d(128, 128, 3, padding=1, groups=groups) for _ in range(3)]
+    return torch.nn.Sequential(*(m for c in conv for m in (c, torch.nn.ReLU()))).eval()
+
+
+torch.manual_seed(0)
+gemms = torch.nn.Sequential(
+    torch.nn.Linear(1024, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 1024)
+).eval()
+cases = {
+    "3×3 convs, 128 channels": (convs(groups=1), (torch.randn(4, 128, 56, 56),)),
+    "GEMMs 256×1024×4096": (gemms, (torch.randn(256, 1024),)),
+    "depthwise 3×3 convs": (convs(groups=128), (torch.randn(4, 128, 56, 56),)),
+}
+ceiling = {}
+for name, (model, args) in cases.items():
+    raced = race({"fp32": model, "int8": int8_of(model, args)}, args, rounds=10)
+    assert not raced.kernels["int8"].float, "every conv or linear ran int8"
+    ceiling[name] = raced.ratio("fp32", "int8")
+    fp32, int8 = raced["fp32"], raced["int8"]
+    print(
+        f"{name:24} fp32 {fp32.median:7.2f} ms ({fp32.spread:4.0%})  "
+        f"int8 {int8.median:7.2f} ms ({int8.spread:4.0%})  {ceiling[name]:.2f}×"
+    )
+
+# %%
+# The GEMMs' float side runs on MKL (``mkl::_mkl_linear``, the kernel list of step 3), the
+# convs' on oneDNN: a GEMM ratio above 4× says that this CPU's float GEMM is slow, not that
+# int8 beat its instruction count. Measured against the compute-bound convs, where both sides
+# run oneDNN, where does ``conv_net``'s time go? The profiler splits a call of each compiled
+# model into its int8 kernels, its float ones, and the rest (quantize, reorders, pooling,
+# inductor's fused loops):
+
+with torch.no_grad():
+    split = {label: time_by_kind(frozen.models[label], x) for label in ("fp32", "int8")}
+for label, parts in split.items():
+    print(f"{label}: " + ", ".join(f"{kind} {ms:.2f} ms" for kind, ms in parts.items()))
+compute = split["fp32"]["float"] / split["int8"]["int8"]
+print(
+    f"convs and linears alone: {compute:.2f}× faster in int8; the rest: "
+    f"{split['fp32']['other']:.2f} ms in fp32, {split['int8']['other']:.2f} ms in int8"
+)
+
+# %%
+# A model wide enough to be compute-bound gets close to the ceiling: the quickstart's digits
+# CNN (64 and 128 channels, 500 images a batch). Its share of the conv ceiling, printed, never
+# asserted:
+
+wide, images = train_digits_cnn(width=8), digits("test")[0]
+prepared = prepare_pt2e(export_digits_model(wide), x86_quantizer())
+with torch.no_grad():
+    prepared(digits("calibration")[0])
+showcase = race({"fp32": wide, "int8": convert_pt2e(prepared)}, (images,), rounds=10)
+assert not showcase.kernels["int8"].float, "every conv and linear ran int8"
+share = showcase.ratio("fp32", "int8") / ceiling["3×3 convs, 128 channels"]
+print(
+    f"digits CNN, width 8: int8 {showcase.ratio('fp32', 'int8'):.2f}× fp32, "
+    f"{share:.0%} of the conv ceiling (spreads {showcase['fp32'].spread:.0%}, "
+    f"{showcase['int8'].spread:.0%}; {showcase.cpu})"
+)
+
+# %%
 # Summary
 # -------
 # - The q/dq graph is a simulation: more work than float, eager or compiled without freezing.
 #   Compare like with like: int8 and fp32 both eager, both compiled, both frozen.
 # - Lowering (eager oneDNN ops, M03-1) or ``torch.compile`` with ``freezing = True`` runs
-#   real int8 kernels; the inductor counters show the convs it prepacked.
+#   real int8 kernels; the profiler shows which kernels ran (the inductor counters only what
+#   the first compile prepacked).
 # - The speed-up depends on VNNI/AMX (``run_under_isa`` shows the weaker paths on one CPU,
 #   not a real older chip's speed); the 4× smaller file does not.
+# - VNNI's ceiling is 4× per instruction. Compute-bound convs reach most of it, memory-bound
+#   depthwise convs little; in a small model, quantize, reorders and pooling take their share.
 #
 # Exercises
 # ---------

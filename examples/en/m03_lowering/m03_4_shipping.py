@@ -171,7 +171,7 @@ print(f"{'AOTInductor package':24} {package_kb:5.0f} kB {aoti_load_seconds:8.2f}
 # measures the neighbours as much as the model.
 
 for threads in sorted({1, os.cpu_count() or 1}):
-    timing = compare_speed({"package": runner}, (images,), threads=threads)
+    timing = compare_speed({"package": runner}, (images,), threads=threads, key=package.name)
     print(f"{threads} thread(s): median {timing['package'].median:.2f} ms per batch of 500")
 print(timing.header())
 

@@ -301,15 +301,14 @@ assert smooth_accuracy >= planted_accuracy
 # %%
 # Step 6 — int8 with bfloat16 in between
 # --------------------------------------
-# What stays float in an int8 model (SDPA, LayerNorm, GELU, the softmax) can run in
-# bfloat16: wrap the compiled int8 model in ``torch.autocast("cpu", dtype=torch.bfloat16)``
-# and inductor's int8 patterns produce bf16 outputs ("int8-mixed-bf16"). It pays on CPUs
-# that compute bf16 natively (``avx512_bf16`` or ``amx_bf16``); on others bf16 is emulated
-# and slower than float32. This CPU:
+# What stays float in an int8 model (SDPA, LayerNorm, GELU, the softmax) could run in
+# bfloat16 instead: torchao's x86 tutorial calls it "int8-mixed-bf16". It can pay only on CPUs
+# that compute bf16 natively (``avx512_bf16`` or ``amx_bf16``); elsewhere bf16 is emulated and
+# slower than float32. This page does not time it; it says which case this CPU is:
 
 cpu = describe()
 if cpu.bf16:
-    print(f"bf16 native ({cpu.verdict}): int8-mixed-bf16 is worth timing here")
+    print(f"bf16 native ({cpu.verdict}): int8-mixed-bf16 could pay here")
 else:
     print(f"no native bf16 ({cpu.verdict}): keep the float parts in float32")
 
@@ -379,7 +378,10 @@ for label in ("int8 static", "int8 dynamic"):
 # path measured here.
 
 runners = {label: torch._inductor.aoti_load_package(str(p)) for label, p in packages.items()}
-timings = compare_speed(runners, tokens, rounds=20)
+key = " ".join(
+    path.name for path in packages.values()
+)  # the packages' names hold their keys: the docs build times them once
+timings = compare_speed(runners, tokens, rounds=20, key=key)
 print(timings.table())
 paths = {cpu.onednn: timings.times}
 
@@ -405,7 +407,8 @@ if "AVX2" in weaker_paths():
         saved = {label: f"{folder}/{label.replace(' ', '_')}.pt2" for label in programs}
         for label, program in programs.items():
             torch.export.save(program, saved[label])
-        other = run_under_isa("AVX2", f"SAVED = {saved!r}\n{AVX2_STEP}")
+        # temporary paths: key the step by what it times, the packages
+        other = run_under_isa("AVX2", f"SAVED = {saved!r}\n{AVX2_STEP}", key=AVX2_STEP + key)
     found = other["result"]
     paths[other["cpu"]["onednn"]] = {k: Timing(**v) for k, v in found["times"].items()}
     print(f"AVX2 subprocess: {other['cpu']['onednn']}, load average {found['load']:.2f}")

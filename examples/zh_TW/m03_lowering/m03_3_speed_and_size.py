@@ -40,7 +40,8 @@ from torch._dynamo.utils import counters
 
 from common.charts import use_course_style
 from common.cpu import describe, run_under_isa, weaker_paths
-from common.kernels import kernels_run
+from common.data import digits, export_digits_model, train_digits_cnn
+from common.kernels import kernels_run, time_by_kind
 from common.models import example_inputs, get_model, input_shape
 from common.pt2e import export_module, quiet, x86_quantizer
 from common.timing import Timing, compare_speed, race
@@ -246,14 +247,95 @@ publish("size_ratio", ratio)
 # sphinx_gallery_end_ignore
 
 # %%
+# 步驟 7 — 離 4 倍還有多遠？
+# --------------------------
+# 有 VNNI 時，一個 ``vpdpbusd`` 把 64 對 uint8 × int8 相乘並累加進 int32，而一個浮點數 FMA
+# 只做 16 個：以指令來算，int8 最多快 4 倍。下面用同一條 PT2E 路徑量這顆 CPU 能達到多少：兩個
+# 受計算量限制的例子——56×56、128 個通道的 3×3 conv，以及兩個 256×1024×4096 的 GEMM——再加上
+# 一個不受計算量限制的：depthwise conv（ ``groups=128`` ），每載入一個值只做 9 次乘加，時間由
+# 記憶體存取決定，而不是算術。
+
+
+def int8_of(model, args):
+    """``model`` 走一次 PT2E 流程：export、x86 quantizer、一次校準呼叫、convert。"""
+    prepared = prepare_pt2e(export_module(model, args), x86_quantizer())
+    with torch.no_grad():
+        prepared(*args)
+    return convert_pt2e(prepared)
+
+
+def convs(groups: int) -> torch.nn.Module:
+    torch.manual_seed(0)
+    conv = [torch.nn.Conv2d(128, 128, 3, padding=1, groups=groups) for _ in range(3)]
+    return torch.nn.Sequential(*(m for c in conv for m in (c, torch.nn.ReLU()))).eval()
+
+
+torch.manual_seed(0)
+gemms = torch.nn.Sequential(
+    torch.nn.Linear(1024, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 1024)
+).eval()
+cases = {
+    "3×3 convs, 128 channels": (convs(groups=1), (torch.randn(4, 128, 56, 56),)),
+    "GEMMs 256×1024×4096": (gemms, (torch.randn(256, 1024),)),
+    "depthwise 3×3 convs": (convs(groups=128), (torch.randn(4, 128, 56, 56),)),
+}
+ceiling = {}
+for name, (model, args) in cases.items():
+    raced = race({"fp32": model, "int8": int8_of(model, args)}, args, rounds=10)
+    assert not raced.kernels["int8"].float, "每個 conv 或 linear 都以 int8 執行"
+    ceiling[name] = raced.ratio("fp32", "int8")
+    fp32, int8 = raced["fp32"], raced["int8"]
+    print(
+        f"{name:24} fp32 {fp32.median:7.2f} ms ({fp32.spread:4.0%})  "
+        f"int8 {int8.median:7.2f} ms ({int8.spread:4.0%})  {ceiling[name]:.2f}×"
+    )
+
+# %%
+# GEMM 的浮點數那一邊在 MKL 上執行（ ``mkl::_mkl_linear`` ，見步驟 3 的 kernel 清單），conv 的
+# 則在 oneDNN 上：GEMM 的倍數超過 4 倍，說的是這顆 CPU 的浮點數 GEMM 慢，而不是 int8 超越了
+# 指令數的上限。以兩邊都在 oneDNN 上執行、受計算量限制的 conv 為準，``conv_net`` 的時間花在
+# 哪裡？profiler 把每個編譯後模型的一次呼叫分成 int8 kernel、浮點數 kernel，以及其餘部分
+# （quantize、記憶體排列轉換、pooling、inductor 融合的迴圈）：
+
+with torch.no_grad():
+    split = {label: time_by_kind(frozen.models[label], x) for label in ("fp32", "int8")}
+for label, parts in split.items():
+    print(f"{label}: " + ", ".join(f"{kind} {ms:.2f} ms" for kind, ms in parts.items()))
+compute = split["fp32"]["float"] / split["int8"]["int8"]
+print(
+    f"只看 conv 與 linear：int8 快 {compute:.2f} 倍；其餘部分："
+    f"fp32 {split['fp32']['other']:.2f} ms，int8 {split['int8']['other']:.2f} ms"
+)
+
+# %%
+# 寬到受計算量限制的模型，就能接近上限：快速入門的手寫數字 CNN（64 與 128 個通道，每批 500 張
+# 影像）。它達到 conv 上限的幾成，只印出，從不 assert：
+
+wide, images = train_digits_cnn(width=8), digits("test")[0]
+prepared = prepare_pt2e(export_digits_model(wide), x86_quantizer())
+with torch.no_grad():
+    prepared(digits("calibration")[0])
+showcase = race({"fp32": wide, "int8": convert_pt2e(prepared)}, (images,), rounds=10)
+assert not showcase.kernels["int8"].float, "每個 conv 與 linear 都以 int8 執行"
+share = showcase.ratio("fp32", "int8") / ceiling["3×3 convs, 128 channels"]
+print(
+    f"手寫數字 CNN，寬度 8：int8 是 fp32 的 {showcase.ratio('fp32', 'int8'):.2f} 倍，"
+    f"達到 conv 上限的 {share:.0%}（spread {showcase['fp32'].spread:.0%}、"
+    f"{showcase['int8'].spread:.0%}；{showcase.cpu}）"
+)
+
+# %%
 # 小結
 # ----
 # - q/dq 圖是模擬：不論 eager 或沒有 freezing 的編譯，工作都比浮點數多。比較時要同類相比：
 #   int8 與 fp32 都是 eager、都編譯、都開 freezing。
 # - lowering（eager 的 oneDNN 運算，M03-1）或開了 ``freezing = True`` 的 ``torch.compile``
-#   才會執行真正的 int8 運算；inductor 的計數器顯示它預先打包了哪些 conv。
+#   才會執行真正的 int8 運算；profiler 顯示實際執行了哪些 kernel（inductor 的計數器只記錄
+#   第一次編譯預先打包了什麼）。
 # - 加速幅度取決於 VNNI／AMX（ ``run_under_isa`` 在同一顆 CPU 上顯示較弱的路徑，但不是真正
 #   舊晶片的速度）；小了 4 倍的檔案則不受影響。
+# - 以指令來算，VNNI 的上限是 4 倍。受計算量限制的 conv 能達到大部分，受記憶體限制的
+#   depthwise conv 幾乎達不到；在小模型裡，quantize、記憶體排列轉換與 pooling 也佔一份時間。
 #
 # 練習
 # ----

@@ -161,7 +161,7 @@ print(f"{'AOTInductor 套件':22} {package_kb:5.0f} kB {aoti_load_seconds:8.2f} 
 # 用所有核心的差別；在兩個核心的共用機器上，第二個數字量到的，鄰居的影響不下於模型本身。
 
 for threads in sorted({1, os.cpu_count() or 1}):
-    timing = compare_speed({"package": runner}, (images,), threads=threads)
+    timing = compare_speed({"package": runner}, (images,), threads=threads, key=package.name)
     print(f"{threads} 個執行緒：每批 500 張的中位數 {timing['package'].median:.2f} 毫秒")
 print(timing.header())
 

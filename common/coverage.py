@@ -1,0 +1,509 @@
+"""What a PT2E quantizer leaves in float: each compute op of an exported graph, int8 or not, why."""
+
+import copy
+from collections import Counter
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from common.charts import display_width, pad
+
+__all__ = ["COMPUTE_OPS", "Coverage", "OpCoverage", "coverage", "side_by_side"]
+
+aten = torch.ops.aten
+
+#: The compute ops the report covers, by kind. ``add`` and ``mul`` count only between two
+#: tensors (a residual add, a squeeze-excitation scale), not with a Python number.
+COMPUTE_OPS = {
+    aten.conv1d.default: "conv",
+    aten.conv2d.default: "conv",
+    aten.conv3d.default: "conv",
+    aten.convolution.default: "conv",
+    aten.conv_transpose1d.default: "conv",
+    aten.conv_transpose2d.input: "conv",
+    aten.conv_transpose3d.input: "conv",
+    aten.linear.default: "linear",
+    aten.matmul.default: "matmul",
+    aten.bmm.default: "matmul",
+    aten.mm.default: "matmul",
+    aten.addmm.default: "matmul",
+    aten.baddbmm.default: "matmul",
+    aten.scaled_dot_product_attention.default: "attention",
+    aten.add.Tensor: "add",
+    aten.add_.Tensor: "add",
+    aten.mul.Tensor: "mul",
+    aten.mul_.Tensor: "mul",
+}
+
+_KEY = "quantization_annotation"
+_INTEGER = {torch.int8, torch.uint8, torch.int16, torch.int32}
+
+
+@dataclass(frozen=True)
+class OpCoverage:
+    """One compute op of the graph, as the quantizer left it.
+
+    Attributes:
+        node: the node's name in the exported graph (``conv2d_3``).
+        op: the aten op (``conv2d``, ``linear``, ``add_``, ``scaled_dot_product_attention``).
+        kind: ``conv``, ``linear``, ``matmul``, ``attention``, ``add`` or ``mul``.
+        module: the innermost module the node was recorded in (``blocks.0.se``; ``""``: the model).
+        module_type: that module's class name.
+        int8: whether every input the op computes on is quantized (or fused into the int8
+            op before it).
+        mode: ``static``, ``dynamic`` or ``fused`` for an int8 op; ``""`` for a float one.
+        reason: for a float op, why, read from the annotations, the graph and the
+            quantizer's rules; for an int8 op, the specs of its inputs.
+    """
+
+    node: str
+    op: str
+    kind: str
+    module: str
+    module_type: str
+    int8: bool
+    mode: str
+    reason: str
+
+    @property
+    def status(self) -> str:
+        """``int8 static``, ``int8 dynamic``, ``int8 fused`` or ``float``."""
+        return f"int8 {self.mode}" if self.int8 else "float"
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """The report of ``coverage``: one ``OpCoverage`` per compute op, in graph order.
+
+    Attributes:
+        label: the quantizer's name in tables (``X86InductorQuantizer``, ``... dynamic``).
+        ops: the compute ops.
+    """
+
+    label: str
+    ops: tuple
+
+    def __getitem__(self, node: str) -> OpCoverage:
+        for op in self.ops:
+            if op.node == node:
+                return op
+        raise KeyError(f"no compute op named {node!r} (one of: {', '.join(self.names())})")
+
+    def names(self, *, kind: str | None = None, int8: bool | None = None) -> list[str]:
+        """The nodes' names, optionally only one ``kind`` and only int8 (True) or float (False)."""
+        return [
+            op.node
+            for op in self.ops
+            if (kind is None or op.kind == kind) and (int8 is None or op.int8 == int8)
+        ]
+
+    def counts(self) -> dict[str, tuple[int, int]]:
+        """kind to (int8 ops, all ops), kinds in the order the graph first uses them."""
+        found: dict[str, list[int]] = {}
+        for op in self.ops:
+            entry = found.setdefault(op.kind, [0, 0])
+            entry[0] += op.int8
+            entry[1] += 1
+        return {kind: (int8, total) for kind, (int8, total) in found.items()}
+
+    def reasons(self) -> Counter:
+        """How many float ops each reason accounts for."""
+        return Counter(op.reason for op in self.ops if not op.int8)
+
+    def summary(self) -> str:
+        """Int8 ops out of all, per kind; then each float reason with its count, a line each."""
+        int8 = sum(op.int8 for op in self.ops)
+        kinds = ", ".join(f"{kind} {i}/{n}" for kind, (i, n) in self.counts().items())
+        lines = [f"{self.label}: {int8} of {len(self.ops)} compute ops int8 ({kinds})"]
+        for reason, count in self.reasons().most_common():
+            lines.append(f"  float ×{count}: {reason}")
+        return "\n".join(lines)
+
+    def table(self, *, only: str | None = None) -> str:
+        """A plain-text table: node, op, module, status, reason.
+
+        Args:
+            only: ``"float"`` or ``"int8"`` to list those ops only; all of them when omitted.
+
+        Raises:
+            ValueError: if ``only`` is another value.
+        """
+        if only not in (None, "float", "int8"):
+            raise ValueError(f"only={only!r}: use 'float', 'int8' or leave it out")
+        rows = [
+            (op.node, op.op, op.module or "(model)", op.status, op.reason)
+            for op in self.ops
+            if only is None or op.int8 == (only == "int8")
+        ]
+        return _format([("node", "op", "module", self.label, "why")], rows)
+
+
+def _format(header: list[tuple], rows: list[tuple]) -> str:
+    table = header + rows
+    widths = [max(display_width(str(row[i])) for row in table) for i in range(len(table[0]))]
+    lines = []
+    for row in table:
+        cells = [pad(str(cell), width) for cell, width in zip(row[:-1], widths, strict=False)]
+        lines.append("  ".join([*cells, str(row[-1])]).rstrip())
+    return "\n".join(lines)
+
+
+def side_by_side(*reports: Coverage) -> str:
+    """One table, a status column per report: the same graph under several quantizers.
+
+    Args:
+        reports: ``coverage`` reports of one exported graph.
+
+    Returns:
+        str: node, op, module, then each report's status (``int8 static``, ``float``, ...).
+
+    Raises:
+        ValueError: if no report is given or they cover different nodes (other graphs).
+    """
+    if not reports:
+        raise ValueError("side_by_side needs at least one report: side_by_side(x86, xnnpack)")
+    names = [op.node for op in reports[0].ops]
+    for report in reports[1:]:
+        if [op.node for op in report.ops] != names:
+            raise ValueError(
+                f"{report.label!r} covers other nodes than {reports[0].label!r}: "
+                "give side_by_side reports of the same exported graph"
+            )
+    rows = [
+        (op.node, op.op, op.module or "(model)", *(r.ops[i].status for r in reports))
+        for i, op in enumerate(reports[0].ops)
+    ]
+    return _format([("node", "op", "module", *(r.label for r in reports))], rows)
+
+
+def coverage(model: torch.fx.GraphModule, quantizer, *, label: str | None = None) -> Coverage:
+    """Run ``prepare_pt2e`` on a copy of ``model`` and report every compute op: int8 or float, why.
+
+    Each op of ``COMPUTE_OPS`` in the graph is int8 when the quantizer's annotation
+    (``node.meta["quantization_annotation"]``) gives each input it computes on (activation and
+    weight; both operands of add, mul, matmul; q, k, v of attention) an integer quantization
+    spec, or when that input comes straight from the int8 conv or linear it is fused into
+    (x86's conv + add). A float op gets the reason that this quantizer's rules give for it,
+    for ``X86InductorQuantizer`` and ExecuTorch's ``XNNPACKQuantizer``: op not in the
+    quantizer's set, a linear recorded inside a module that is not an ``nn.Linear``
+    (``nn.MultiheadAttention``), ``matmul`` only on request, a broadcast ``mul``, an ``add``
+    with no conv or linear to fuse into, a dynamic config that covers linears and convs only,
+    a ``None`` config. For other quantizers, float ops say only which input is not quantized.
+
+    Args:
+        model: an exported graph, ``torch.export.export(model, args).module()``; not changed.
+        quantizer: a PT2E quantizer, configured (``set_global``).
+        label: the quantizer's name in tables; by default its class name, plus ``dynamic``
+            when its global config quantizes activations dynamically.
+
+    Returns:
+        Coverage: one ``OpCoverage`` per compute op, in graph order.
+
+    Raises:
+        TypeError: if ``model`` is not a ``torch.fx.GraphModule`` or ``quantizer`` has no
+            ``annotate``.
+        ValueError: if the quantizer cannot annotate the graph because a module is called at
+            several places (a reused ``nn.ReLU``); the message names the modules and the fix.
+
+    >>> from common.pt2e import export_module, x86_quantizer
+    >>> gm = export_module(nn.Sequential(nn.Linear(4, 4), nn.ReLU()), (torch.ones(2, 4),))
+    >>> coverage(gm, x86_quantizer()).summary()
+    'X86InductorQuantizer: 1 of 1 compute ops int8 (linear 1/1)'
+    """
+    from common.pt2e import quiet
+
+    quiet()
+    from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
+
+    if not isinstance(model, torch.fx.GraphModule):
+        raise TypeError(
+            f"coverage reads an exported graph, got {type(model).__name__}; pass "
+            "torch.export.export(model, args).module() (common.pt2e.export_module)"
+        )
+    if not callable(getattr(quantizer, "annotate", None)):
+        raise TypeError(
+            f"{type(quantizer).__name__} is not a PT2E quantizer (it has no annotate); pass e.g. "
+            "common.pt2e.x86_quantizer()"
+        )
+    wanted = _compute_nodes(model)
+    try:
+        prepared = prepare_pt2e(copy.deepcopy(model), quantizer)
+    except ValueError as error:
+        if "more than one output node" not in str(error):
+            raise
+        raise ValueError(_reused_message(model, quantizer, error)) from error
+    rules = _rules_for(quantizer, prepared)
+    nodes = {node.name: node for node in prepared.graph.nodes}
+    ops = []
+    for name, kind in wanted:
+        node = nodes.get(name)
+        if node is None:  # removed by prepare (none of COMPUTE_OPS is, on the course's models)
+            continue
+        module, module_type = _module(node)
+        int8, mode, reason = _classify(node, kind, rules)
+        op = node.target._overloadpacket.__name__
+        ops.append(OpCoverage(name, op, kind, module, module_type, int8, mode, reason))
+    return Coverage(label or _label(quantizer), tuple(ops))
+
+
+def _compute_nodes(model: torch.fx.GraphModule) -> list[tuple[str, str]]:
+    found = []
+    for node in model.graph.nodes:
+        kind = COMPUTE_OPS.get(node.target) if node.op == "call_function" else None
+        if kind in ("add", "mul") and not all(_is_tensor(a) for a in node.args[:2]):
+            continue
+        if kind:
+            found.append((node.name, kind))
+    return found
+
+
+def _is_tensor(arg) -> bool:
+    return isinstance(arg, torch.fx.Node) and isinstance(arg.meta.get("val"), torch.Tensor)
+
+
+def _module(node: torch.fx.Node) -> tuple[str, str]:
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return "", ""
+    path, cls = list(stack.values())[-1]
+    name = cls.__name__ if isinstance(cls, type) else str(cls).rsplit(".", 1)[-1].strip("'>")
+    return path, name
+
+
+def _label(quantizer) -> str:
+    name = type(quantizer).__name__
+    config = getattr(quantizer, "global_config", None)
+    activation = getattr(config, "input_activation", None)
+    return f"{name} dynamic" if getattr(activation, "is_dynamic", False) else name
+
+
+def _reused_message(model, quantizer, error) -> str:
+    calls: dict[str, set] = {}  # module path -> the keys of its calls ("...act", "...act@1")
+    types = {}
+    for node in model.graph.nodes:
+        stack = node.meta.get("nn_module_stack") or {}
+        if node.op == "call_function" and stack:
+            key, (path, _) = list(stack.items())[-1]
+            calls.setdefault(path, set()).add(key)
+            types[path] = _module(node)[1]
+    reused = [f"'{p}' ({types[p]}, {len(k)} calls)" for p, k in calls.items() if len(k) > 1]
+    return (
+        f"{type(quantizer).__name__} could not annotate this graph ({error}): its fusion "
+        "patterns find modules through the nn_module_stack a non-strict export records, one "
+        f"partition per module, and these modules are called at several places: "
+        f"{', '.join(reused) or 'none found'}. Export with "
+        "torch.export.export(model, args, strict=True) (its source_fn_stack names each call), "
+        "or give each call its own module"
+    )
+
+
+def _annotation(node):
+    return node.meta.get(_KEY)
+
+
+def _unobserved(arg):
+    """The producer of an input, looking through an observer prepare inserted."""
+    while (
+        isinstance(arg, torch.fx.Node)
+        and arg.op == "call_module"
+        and "activation_post_process" in str(arg.target)
+    ):
+        arg = arg.args[0]
+    return arg
+
+
+def _computed_inputs(node: torch.fx.Node, kind: str) -> list:
+    args = [_unobserved(a) for a in node.args]
+    if kind in ("conv", "linear"):
+        return args[:2]
+    if kind == "attention":
+        return args[:3]
+    if node.target in (aten.addmm.default, aten.baddbmm.default):
+        return args[1:3]
+    return [a for a in args[:2] if _is_tensor(a)]
+
+
+def _spec_text(spec) -> str:
+    from torchao.quantization.pt2e.quantizer import QuantizationSpec
+
+    if not isinstance(spec, QuantizationSpec):
+        return "shared"
+    dtype = {torch.int8: "s8", torch.uint8: "u8"}.get(spec.dtype, str(spec.dtype).split(".")[-1])
+    scheme = str(spec.qscheme).split(".")[-1]  # torch.per_channel_symmetric
+    scheme = scheme.replace("per_tensor_", "per-tensor ").replace("per_channel_", "per-channel ")
+    return f"{dtype} {scheme}" + (" dynamic" if spec.is_dynamic else "")
+
+
+def _is_fused_into(producer, node) -> bool:
+    """``producer`` is a conv or linear annotated as part of a pattern ending later (x86's
+    conv + add): its output is not quantized, its value never leaves the int8 kernel."""
+    if not isinstance(producer, torch.fx.Node) or COMPUTE_OPS.get(producer.target) not in (
+        "conv",
+        "linear",
+    ):
+        return False
+    annotation = _annotation(producer)
+    return (
+        annotation is not None
+        and bool(annotation.input_qspec_map)
+        and annotation.output_qspec is None
+        and not getattr(annotation, "_is_output_of_quantized_pattern", False)
+        and list(producer.users) == [node]
+    )
+
+
+def _classify(node, kind, rules) -> tuple[bool, str, str]:
+    from torchao.quantization.pt2e.quantizer import QuantizationSpec
+
+    annotation = _annotation(node)
+    specs = annotation.input_qspec_map if annotation is not None else {}
+    inputs = _computed_inputs(node, kind)
+    missing, fused, texts, dynamic = [], [], [], False
+    for arg in inputs:
+        spec = specs.get(arg)
+        if spec is None:
+            (fused if _is_fused_into(arg, node) else missing).append(arg)
+            continue
+        if isinstance(spec, QuantizationSpec):
+            if spec.dtype not in _INTEGER:
+                missing.append(arg)
+                continue
+            dynamic = dynamic or spec.is_dynamic
+        texts.append(_spec_text(spec))
+    if not missing and texts:
+        mode = "fused" if fused else "dynamic" if dynamic else "static"
+        detail = " × ".join(texts)
+        if fused:
+            detail += f" (fused with {', '.join(a.name for a in fused)})"
+        return True, mode, detail
+    return False, "", rules(node, kind, annotation, missing)
+
+
+def _rules_for(quantizer, prepared):
+    module = type(quantizer).__module__
+    if module.startswith("torchao.quantization.pt2e.quantizer.x86_inductor_quantizer"):
+        return _X86Rules(quantizer, prepared)
+    if module.startswith("executorch.backends.xnnpack.quantizer"):
+        return _XnnpackRules(quantizer)
+    return _generic_reason
+
+
+def _generic_reason(node, kind, annotation, missing) -> str:
+    if annotation is None:
+        return "not annotated"
+    names = ", ".join(a.name if isinstance(a, torch.fx.Node) else repr(a) for a in missing)
+    return f"annotated, but no integer spec for its input {names}"
+
+
+def _shapes(node) -> tuple:
+    return tuple(tuple(a.meta["val"].shape) for a in node.args[:2])
+
+
+class _X86Rules:
+    """Why ``X86InductorQuantizer`` (torchao 0.18) left a node float, from its source."""
+
+    def __init__(self, quantizer, prepared):
+        from torch.fx.passes.utils.source_matcher_utils import get_source_partitions
+        from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as x86
+
+        self.x86, self.quantizer = x86, quantizer
+        self.found = {}
+        for kind, sources in (
+            ("linear", [nn.Linear, nn.functional.linear]),
+            ("conv", [nn.Conv2d, nn.functional.conv2d]),
+        ):
+            partitions = get_source_partitions(prepared.graph, sources).values()
+            self.found[kind] = {n for parts in partitions for p in parts for n in p.nodes}
+
+    def __call__(self, node, kind, annotation, missing) -> str:
+        x86, target = self.x86, node.target
+        if annotation is not None and annotation._annotated:
+            if not annotation.input_qspec_map and annotation.output_qspec is None:
+                return "a None config keeps it float (set_module_name_qconfig / ..._type_qconfig)"
+            return _generic_reason(node, kind, annotation, missing)
+        configs = [self.quantizer.global_config, *self.quantizer.module_name_qconfig.values()]
+        if not any(configs) and not any(self.quantizer.operator_type_qconfig.values()):
+            return "no config: set_global was not called"
+        if target not in x86.quantizable_ops and kind not in ("add",):
+            name = target._overloadpacket.__name__
+            return f"aten.{name} is not in the quantizer's op set (quantizable_ops)"
+        if target == aten.matmul.default:
+            return (
+                "matmul is in quantizable_ops but not default_quantizable_ops: annotated only on "
+                "request (set_function_type_qconfig(torch.matmul, ...), set_module_name_qconfig)"
+            )
+        if kind == "linear" and node not in self.found["linear"]:
+            module, cls = _module(node)
+            return (
+                f"F.linear called inside {cls} ('{module}'), not an nn.Linear: the linear "
+                "pattern finds nn.Linear modules and F.linear calls (get_source_partitions)"
+            )
+        if target == aten.conv2d.default and node not in self.found["conv"]:
+            module, cls = _module(node)
+            return f"conv2d called inside {cls} ('{module}'), not an nn.Conv2d module"
+        if target == aten.conv1d.default:
+            return "conv1d is annotated only with an nn.ReLU after it (the Conv1d + ReLU pattern)"
+        if kind == "mul":
+            first, second = _shapes(node)
+            if first != second:
+                return (
+                    f"mul of shapes {list(first)} and {list(second)}: the quantizer annotates mul "
+                    "only for two tensors of the same shape"
+                )
+        if kind == "add":
+            feeding = [
+                a
+                for a in node.args[:2]
+                if isinstance(a, torch.fx.Node) and COMPUTE_OPS.get(a.target) in ("conv", "linear")
+            ]
+            rule = (
+                "add is not in the quantizer's op set: it is annotated only fused after the conv "
+                "or linear that feeds it (conv + add, linear + add)"
+            )
+            if not feeding:
+                return f"{rule}; no conv or linear feeds this one directly"
+            busy = [a.name for a in feeding if len(a.users) > 1]
+            if busy:
+                return f"{rule}; {', '.join(busy)} feeding it has other users too"
+            return rule
+        return "not annotated: no rule of this report explains it"
+
+
+class _XnnpackRules:
+    """Why ExecuTorch's ``XNNPACKQuantizer`` (1.5.1) left a node float, from its source."""
+
+    def __init__(self, quantizer):
+        self.quantizer = quantizer
+        self.targets = {aten.add_.Tensor, aten.mul_.Tensor}  # its add and mul annotators take both
+        for pattern in quantizer.SUPPORTED_PATTERNS:
+            self.targets |= set(pattern.op_overloads)
+        self.dynamic_targets = set()
+        for pattern in quantizer.SUPPORTED_PATTERNS:
+            if pattern.is_dynamic:
+                self.dynamic_targets |= set(pattern.op_overloads)
+
+    def __call__(self, node, kind, annotation, missing) -> str:
+        config = self.quantizer.global_config
+        if annotation is not None and annotation._annotated:
+            return _generic_reason(node, kind, annotation, missing)
+        if config is None and not self.quantizer.module_name_config:
+            return "no config: set_global was not called"
+        if node.target not in self.targets:
+            return (
+                f"aten.{node.target._overloadpacket.__name__} is in none of the quantizer's "
+                "patterns (SUPPORTED_PATTERNS)"
+            )
+        activation = getattr(config, "input_activation", None)
+        if activation is not None and activation.is_dynamic:
+            if node.target not in self.dynamic_targets:
+                return (
+                    "the dynamic config annotates only linear and conv (patterns marked is_dynamic)"
+                )
+            if kind == "conv":
+                return "a dynamic config annotates only 2-D convs that are not depthwise"
+        if kind in ("add", "mul") and any(
+            a.meta["val"].dtype != torch.float32 for a in node.args[:2]
+        ):
+            return f"{kind} of a tensor that is not float32: observers take float tensors only"
+        return "not annotated: no rule of this report explains it"

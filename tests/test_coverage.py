@@ -1,0 +1,276 @@
+"""common.coverage: each compute op int8 or float, with the reason the quantizer's rules give.
+
+The int8 counts are checked against an independent count from the converted graph: after
+``convert_pt2e``, an op the report calls int8 reads every input it computes on from a
+``dequantize`` node (or, fused, straight from the int8 conv before it), and a float op does not.
+"""
+
+import pytest
+import torch
+from torch import nn
+
+from common.coverage import COMPUTE_OPS, coverage, side_by_side
+from common.pt2e import export_module, quiet, x86_quantizer
+
+quiet()
+
+pytestmark = [
+    pytest.mark.filterwarnings(r"ignore:`isinstance\(treespec, LeafSpec\)`:FutureWarning"),
+]
+
+
+class Residual(nn.Module):
+    """conv -> bn -> relu -> conv -> bn, ``out += x``, relu: a ResNet basic block, one relu each."""
+
+    def __init__(self, *, reuse_relu=False):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8)
+        self.conv2, self.bn2 = nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8)
+        self.relu1, self.relu2 = nn.ReLU(), nn.ReLU()
+        self.reuse_relu = reuse_relu  # torchvision's BasicBlock calls its one self.relu twice
+
+    def forward(self, x):
+        out = self.bn2(self.conv2(self.relu1(self.bn1(self.conv1(x)))))
+        out += x
+        return self.relu1(out) if self.reuse_relu else self.relu2(out)
+
+
+class SqueezeExcite(nn.Module):
+    """x * hardsigmoid(conv(relu(conv(pool(x))))): a broadcast mul."""
+
+    def __init__(self):
+        super().__init__()
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc1, self.relu, self.fc2 = nn.Conv2d(8, 4, 1), nn.ReLU(), nn.Conv2d(4, 8, 1)
+        self.gate = nn.Hardsigmoid()
+
+    def forward(self, x):
+        return x * self.gate(self.fc2(self.relu(self.fc1(self.pool(x)))))
+
+
+class MatmulHead(nn.Module):
+    """linear -> matmul with its own transpose -> bmm: products between activations."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(16, 16)
+
+    def forward(self, x):
+        h = self.proj(x)
+        return torch.bmm(torch.matmul(h, h.transpose(1, 2)), h)
+
+
+def encoder_layer():
+    return nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+
+
+IMAGES = (torch.randn(2, 8, 8, 8, generator=torch.Generator().manual_seed(0)),)
+TOKENS = (torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(0)),)
+MODELS = {
+    "residual": (Residual, IMAGES),
+    "squeeze_excite": (SqueezeExcite, IMAGES),
+    "matmul_head": (MatmulHead, TOKENS),
+    "encoder_layer": (encoder_layer, TOKENS),
+}
+
+
+def exported(name):
+    build, args = MODELS[name]
+    torch.manual_seed(0)
+    return export_module(build().eval(), args), args
+
+
+def x86(*, dynamic=False):
+    from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
+        X86InductorQuantizer,
+        get_default_x86_inductor_quantization_config,
+    )
+
+    config = get_default_x86_inductor_quantization_config(is_dynamic=dynamic)
+    return X86InductorQuantizer().set_global(config)
+
+
+def xnnpack(*, dynamic=False):
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+
+    config = get_symmetric_quantization_config(is_per_channel=True, is_dynamic=dynamic)
+    return XNNPACKQuantizer().set_global(config)
+
+
+QUANTIZERS = {
+    "x86": x86,
+    "x86_dynamic": lambda: x86(dynamic=True),
+    "xnnpack": xnnpack,
+    "xnnpack_dynamic": lambda: xnnpack(dynamic=True),
+}
+
+# (model, quantizer) -> kind: (int8, all), counted by hand from the quantizers' source.
+COUNTS = [
+    ("residual", "x86", {"conv": (2, 2), "add": (1, 1)}),
+    ("residual", "xnnpack", {"conv": (2, 2), "add": (1, 1)}),
+    ("squeeze_excite", "x86", {"conv": (2, 2), "mul": (0, 1)}),
+    ("squeeze_excite", "xnnpack", {"conv": (2, 2), "mul": (1, 1)}),
+    ("matmul_head", "x86", {"linear": (1, 1), "matmul": (0, 2)}),
+    ("matmul_head", "xnnpack", {"linear": (1, 1), "matmul": (0, 2)}),
+    ("encoder_layer", "x86", {"linear": (2, 4), "attention": (0, 1), "add": (0, 2)}),
+    ("encoder_layer", "x86_dynamic", {"linear": (2, 4), "attention": (0, 1), "add": (0, 2)}),
+    ("encoder_layer", "xnnpack", {"linear": (4, 4), "attention": (0, 1), "add": (2, 2)}),
+    ("encoder_layer", "xnnpack_dynamic", {"linear": (4, 4), "attention": (0, 1), "add": (0, 2)}),
+]
+
+
+def int8_in_converted_graph(model, quantizer, args) -> set[str]:
+    """The compute ops whose computed inputs all come from dequantize nodes (or a fused conv)
+    after prepare, one calibration batch and convert: a count that does not read annotations."""
+    import copy
+
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    prepared = prepare_pt2e(copy.deepcopy(model), quantizer)
+    prepared(*args)
+    converted = convert_pt2e(prepared)
+    dequantize = {
+        torch.ops.quantized_decomposed.dequantize_per_tensor.default,
+        torch.ops.quantized_decomposed.dequantize_per_tensor.tensor,
+        torch.ops.quantized_decomposed.dequantize_per_channel.default,
+    }
+    quantize = torch.ops.quantized_decomposed.quantize_per_tensor.default
+    found = set()
+    for node in converted.graph.nodes:
+        kind = COMPUTE_OPS.get(node.target) if node.op == "call_function" else None
+        if not kind:
+            continue
+        inputs = node.args[:3] if kind == "attention" else node.args[:2]
+        inputs = [a for a in inputs if isinstance(a, torch.fx.Node)]
+        if kind in ("add", "mul") and len(inputs) < 2:
+            continue
+        fused = {
+            a for a in inputs if COMPUTE_OPS.get(a.target) == "conv" and list(a.users) == [node]
+        }
+        if not all(a.target in dequantize or a in fused for a in inputs) or fused == set(inputs):
+            continue
+        # An op without weights on dequantized inputs is int8 only when its output is quantized
+        # again (the dq -> op [-> relu] -> q a backend fuses) or is fused with the conv before it;
+        # otherwise it computes in float on values an earlier op quantized (a matmul after a
+        # quantized linear under XNNPACK).
+        relus = [u for u in node.users if u.target == torch.ops.aten.relu.default]
+        requantized = any(u.target == quantize for n in [node, *relus] for u in n.users)
+        if kind in ("conv", "linear") or fused or requantized:
+            found.add(node.name)
+    return found
+
+
+@pytest.mark.parametrize(("model", "quantizer", "counts"), COUNTS, ids=lambda v: str(v)[:20])
+def test_the_counts_per_kind_are_the_quantizers(model, quantizer, counts):
+    gm, _ = exported(model)
+    assert coverage(gm, QUANTIZERS[quantizer]()).counts() == counts
+
+
+@pytest.mark.parametrize(("model", "quantizer", "counts"), COUNTS, ids=lambda v: str(v)[:20])
+def test_int8_ops_are_the_ones_the_converted_graph_dequantizes_for(model, quantizer, counts):
+    gm, args = exported(model)
+    report = coverage(gm, QUANTIZERS[quantizer]())
+    assert set(report.names(int8=True)) == int8_in_converted_graph(
+        gm, QUANTIZERS[quantizer](), args
+    )
+
+
+REASONS = [
+    ("squeeze_excite", "x86", "mul", "mul of shapes [2, 8, 8, 8] and [2, 8, 1, 1]"),
+    ("matmul_head", "x86", "matmul", "not default_quantizable_ops"),
+    ("matmul_head", "x86", "bmm", "aten.bmm is not in the quantizer's op set"),
+    ("matmul_head", "xnnpack", "bmm", "aten.bmm is in none of the quantizer's patterns"),
+    ("encoder_layer", "x86", "linear", "F.linear called inside MultiheadAttention ('self_attn')"),
+    ("encoder_layer", "x86", "add", "no conv or linear feeds this one directly"),
+    (
+        "encoder_layer",
+        "x86",
+        "scaled_dot_product_attention",
+        "aten.scaled_dot_product_attention is not in the quantizer's op set",
+    ),
+    ("encoder_layer", "xnnpack_dynamic", "add", "annotates only linear and conv"),
+]
+
+
+@pytest.mark.parametrize(("model", "quantizer", "node", "reason"), REASONS, ids=str)
+def test_a_float_op_says_why(model, quantizer, node, reason):
+    gm, _ = exported(model)
+    op = coverage(gm, QUANTIZERS[quantizer]())[node]
+    assert not op.int8 and reason in op.reason, op.reason
+
+
+def test_an_int8_op_gives_its_inputs_specs():
+    gm, _ = exported("encoder_layer")
+    x86_op, xnnpack_op = (coverage(gm, q())["linear_2"] for q in (x86, xnnpack))
+    assert x86_op.reason == "u8 per-tensor affine × s8 per-channel symmetric"
+    assert xnnpack_op.reason == "s8 per-tensor affine × s8 per-channel symmetric"
+    assert (x86_op.status, xnnpack_op.status) == ("int8 static", "int8 static")
+
+
+def test_the_residual_add_is_int8_fused_with_its_conv_under_x86():
+    gm, _ = exported("residual")
+    add = coverage(gm, x86())["add_"]
+    assert add.status == "int8 fused" and "fused with conv2d_1" in add.reason
+
+
+def test_a_none_config_keeps_its_module_float():
+    gm, _ = exported("matmul_head")
+    quantizer = x86().set_module_name_qconfig("proj", None)
+    op = coverage(gm, quantizer)["linear"]
+    assert not op.int8 and "None config" in op.reason
+
+
+def test_the_report_leaves_the_model_unchanged():
+    gm, args = exported("residual")
+    before = gm.code
+    coverage(gm, x86())
+    assert gm.code == before and not any(
+        "quantization_annotation" in n.meta for n in gm.graph.nodes
+    )
+    gm(*args)
+
+
+def test_a_reused_module_fails_x86_with_the_fix_named():
+    gm = export_module(Residual(reuse_relu=True).eval(), IMAGES)
+    with pytest.raises(ValueError, match=r"'relu1' \(ReLU, 2 calls\).*strict=True"):
+        coverage(gm, x86())
+
+
+def test_strict_export_fixes_the_reused_module():
+    program = torch.export.export(Residual(reuse_relu=True).eval(), IMAGES, strict=True)
+    assert coverage(program.module(), x86()).counts() == {"conv": (2, 2), "add": (1, 1)}
+
+
+@pytest.mark.parametrize(
+    ("model", "quantizer", "error", "match"),
+    [
+        (Residual(), x86_quantizer, TypeError, "export_module"),
+        ("graph", lambda: object(), TypeError, "not a PT2E quantizer"),
+    ],
+    ids=["an nn.Module", "not a quantizer"],
+)
+def test_wrong_arguments_are_refused_with_the_fix(model, quantizer, error, match):
+    if model == "graph":
+        model, _ = exported("residual")
+    with pytest.raises(error, match=match):
+        coverage(model, quantizer())
+
+
+def test_tables_name_every_op_and_refuse_a_bad_filter():
+    gm, _ = exported("encoder_layer")
+    one, two = coverage(gm, x86()), coverage(gm, xnnpack())
+    both = side_by_side(one, two).splitlines()
+    assert both[0].split() == ["node", "op", "module", "X86InductorQuantizer", "XNNPACKQuantizer"]
+    assert len(both) == 1 + len(one.ops)
+    assert len(one.table(only="float").splitlines()) == 1 + len(one.names(int8=False))
+    assert "float ×2: F.linear called inside MultiheadAttention" in one.summary()
+    with pytest.raises(ValueError, match="use 'float', 'int8'"):
+        one.table(only="fp32")
+    other, _ = exported("residual")
+    with pytest.raises(ValueError, match="same exported graph"):
+        side_by_side(one, coverage(other, x86()))
+    with pytest.raises(KeyError, match="no compute op named 'conv'"):
+        one["conv"]

@@ -55,6 +55,10 @@ from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
     get_symmetric_quantization_config,
 )
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
+    X86InductorQuantizer,
+    get_default_x86_inductor_quantization_config,
+)
 
 from common import handmade
 
@@ -216,9 +220,9 @@ assert all(torch.count_nonzero(z) == 0 for z in zero_points), "symmetric weights
 # Step 4 — The dynamic configuration
 # ----------------------------------
 # ``is_dynamic=True`` quantizes activations at run time: a ``choose_qparams`` node measures
-# each input batch, and no calibration is needed. XNNPACK applies it to linears and to convs
-# that are not fused with a relu (a conv + relu pattern has no dynamic variant); everything
-# else stays float.
+# each input batch, so the activations need no calibration. XNNPACK applies it to linears and
+# to convs that are not fused with a relu (a conv + relu pattern has no dynamic variant);
+# everything else stays float.
 
 dynamic = converted(xnnpack_quantizer(is_dynamic=True))
 quantized_ops = sorted(
@@ -229,6 +233,49 @@ quantized_ops = sorted(
 print(f"dynamically quantized inputs of: {quantized_ops}")
 assert quantized_ops == ["conv2d_1", "linear"], "the linear and the conv without relu"
 assert not dynamic.graph.find_nodes(op="call_function", target=qd.quantize_per_tensor.default)
+
+# %%
+# The weights still need the prepared model to run. Each keeps an observer, which sees its
+# weight only when the model runs (``converted`` runs it on four batches). Converted without a
+# single run, every weight scale is the observer's default, 1.0 (``convert_pt2e`` warns "must
+# run observer before calling calculate_qparams"), and the output drifts far from the float
+# model. Step 3 of M05-2 measures what that costs in accuracy.
+
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message="must run observer before calling calculate_qparams")
+    never_run = convert_pt2e(
+        prepare_pt2e(export_module(model, x), xnnpack_quantizer(is_dynamic=True))
+    )
+weight_scales = [
+    getattr(never_run, n.args[1].target)
+    for n in never_run.graph.find_nodes(
+        op="call_function", target=qd.dequantize_per_channel.default
+    )
+]
+errors = {
+    name: (gm(*x) - model(*x)).abs().max().item()
+    for name, gm in [("never run", never_run), ("calibrated", dynamic)]
+}
+print(f"weight scales, never run: {[s.tolist() for s in weight_scales]}")
+print(f"largest output error: never run {errors['never run']:.4f}, run {errors['calibrated']:.4f}")
+assert all(torch.equal(s, torch.ones(1)) for s in weight_scales), "every weight scale is 1.0"
+assert errors["never run"] > 50 * errors["calibrated"], "over fifty times the error"
+
+# %%
+# X86's dynamic configuration, for comparison, quantizes more: the inputs of both convs, of
+# the add and of the linear. Only its *lowering* is linear-only (M05-2).
+
+x86_config = get_default_x86_inductor_quantization_config(is_dynamic=True)
+x86_dynamic = converted(X86InductorQuantizer().set_global(x86_config))
+x86_ops = sorted(
+    user.name
+    for n in x86_dynamic.graph.find_nodes(
+        op="call_function", target=qd.dequantize_per_tensor.tensor
+    )
+    for user in n.users
+)
+print(f"x86, dynamically quantized inputs of: {x86_ops}")
+assert x86_ops == ["add", "conv2d", "conv2d_1", "linear"], "convs, the add and the linear"
 
 # %%
 # Step 5 — handmade, bit for bit
@@ -257,7 +304,8 @@ print(f"handmade == torchao under XNNPACKQuantizer: {torch.equal(ours(*x), xnn_m
 # weight scales       per channel            per channel if asked
 # conv/linear output  float                  int8
 # pools, flatten      float here             share their input's
-# dynamic             linears (M05-2)        linears, convs w/o relu
+# dynamic             convs, linears, add    linears, convs w/o relu
+#                     (lowered: linears)
 # ==================  =====================  =======================
 #
 # - A quantizer describes its backend's kernels; the annotations differ, the passes do not.

@@ -51,6 +51,10 @@ from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
     get_symmetric_quantization_config,
 )
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
+    X86InductorQuantizer,
+    get_default_x86_inductor_quantization_config,
+)
 
 from common import handmade
 
@@ -208,8 +212,8 @@ assert all(torch.count_nonzero(z) == 0 for z in zero_points), "對稱的 weight�
 # 步驟 4 — 動態設定
 # -----------------
 # ``is_dynamic=True`` 在執行時量化活化值：由 ``choose_qparams`` node 量測每一批輸入，
-# 不需要校準。XNNPACK 把它用在 linear，以及沒有和 relu 融合的 conv 上（conv + relu 這個
-# 模式沒有動態版本）；其餘的都留在浮點數。
+# 所以活化值不需要校準。XNNPACK 把它用在 linear，以及沒有和 relu 融合的 conv 上
+# （conv + relu 這個模式沒有動態版本）；其餘的都留在浮點數。
 
 dynamic = converted(xnnpack_quantizer(is_dynamic=True))
 quantized_ops = sorted(
@@ -220,6 +224,49 @@ quantized_ops = sorted(
 print(f"輸入被動態量化的運算：{quantized_ops}")
 assert quantized_ops == ["conv2d_1", "linear"], "linear 與沒有 relu 的 conv"
 assert not dynamic.graph.find_nodes(op="call_function", target=qd.quantize_per_tensor.default)
+
+# %%
+# weight 卻仍然需要 prepare 後的模型執行過。每個 weight 都留著一個 observer，它只有在模型
+# 執行時才看得到 weight（ ``converted`` 用四批資料執行它）。一次都沒執行就 convert，每個
+# weight 的 scale 都是 observer 的預設值 1.0（ ``convert_pt2e`` 會警告「must run observer
+# before calling calculate_qparams」），輸出離浮點模型很遠。M05-2 的步驟 3 量測了這在準確度上
+# 的代價。
+
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message="must run observer before calling calculate_qparams")
+    never_run = convert_pt2e(
+        prepare_pt2e(export_module(model, x), xnnpack_quantizer(is_dynamic=True))
+    )
+weight_scales = [
+    getattr(never_run, n.args[1].target)
+    for n in never_run.graph.find_nodes(
+        op="call_function", target=qd.dequantize_per_channel.default
+    )
+]
+errors = {
+    name: (gm(*x) - model(*x)).abs().max().item()
+    for name, gm in [("never run", never_run), ("calibrated", dynamic)]
+}
+print(f"從未執行時的 weight scale：{[s.tolist() for s in weight_scales]}")
+print(f"最大輸出誤差：從未執行 {errors['never run']:.4f}，校準後 {errors['calibrated']:.4f}")
+assert all(torch.equal(s, torch.ones(1)) for s in weight_scales), "每個 weight 的 scale 都是 1.0"
+assert errors["never run"] > 50 * errors["calibrated"], "誤差超過五十倍"
+
+# %%
+# 相較之下，x86 的動態設定量化得更多：兩個 conv、add 與 linear 的輸入都量化。只有它的
+# *lowering* 只處理 linear（M05-2）。
+
+x86_config = get_default_x86_inductor_quantization_config(is_dynamic=True)
+x86_dynamic = converted(X86InductorQuantizer().set_global(x86_config))
+x86_ops = sorted(
+    user.name
+    for n in x86_dynamic.graph.find_nodes(
+        op="call_function", target=qd.dequantize_per_tensor.tensor
+    )
+    for user in n.users
+)
+print(f"x86 輸入被動態量化的運算：{x86_ops}")
+assert x86_ops == ["add", "conv2d", "conv2d_1", "linear"], "兩個 conv、add 與 linear"
 
 # %%
 # 步驟 5 — handmade，逐位元相同
@@ -247,7 +294,8 @@ print(f"XNNPACKQuantizer 之下 handmade 與 torchao 相同：{torch.equal(ours(
 # weight 的 scale      逐通道                指定時逐通道
 # conv／linear 的輸出  浮點數                int8
 # pool、flatten        這裡是浮點數          沿用輸入的 scale
-# 動態                 linear（M05-2）       linear、沒有 relu 的 conv
+# 動態                 conv、linear、add     linear、沒有 relu 的 conv
+#                      （lowering：linear）
 # ===================  ====================  =========================
 #
 # - quantizer 描述的是它的後端的核心程式；annotation 不同，pass 都一樣。

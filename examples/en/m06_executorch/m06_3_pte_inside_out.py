@@ -239,11 +239,15 @@ print(f"output steps apart: max {steps_off.max():.0f}, on {(steps_off > 0).float
 print(f"SQNR against the q/dq model: {output_sqnr:.1f} dB")
 
 # %%
-# The outputs are not ``torch.equal``, and should not be expected to be: XNNPACK multiplies
-# int8 by int8 into int32 and **requantizes** each layer's sum to int8 with its own
-# fixed-point rounding, where the q/dq graph computes the layer in float and rounds once. A
-# value near a rounding boundary lands one step away, and one step in a layer moves the next
-# layer's sums a little: a bound of two output steps and 40 dB holds that with margin.
+# The outputs are not ``torch.equal``, and should not be expected to be. XNNPACK multiplies
+# int8 by int8 into an exact int32 sum and **requantizes** it to int8 in fp32: on x86 its qs8
+# GEMM and conv kernels (the ``REQUANTIZATION == "FP32"`` templates) turn the sum into a
+# float, multiply it by one precomputed scale per output channel (input scale × weight scale
+# ÷ output scale) and round. The q/dq graph dequantizes first, sums float products (in another
+# order, each rounded to fp32) and divides by the output scale. Both round once per layer, but
+# not quite the same number: a value near a rounding boundary lands one step away, and one
+# step in a layer moves the next layer's sums a little. A bound of two output steps and 40 dB
+# holds that with margin.
 
 assert steps_off.max() <= 2, "at most two output steps from the q/dq model"
 assert output_sqnr > 40, "and far closer to it than int8 is to float"
@@ -345,21 +349,32 @@ assert sizes["int8, .pte"] < 0.3 * sizes["fp32, torch.export.save"], "a quarter,
 # - A ``.pte`` is a FlatBuffer program (execution plans, operators, delegates) plus segments:
 #   XNNPACK payloads and the weights as named data, 1 byte per int8 weight.
 # - ``Runtime`` runs it from Python; its outputs are within two output steps of the q/dq
-#   model, because XNNPACK requantizes in integers.
+#   model: XNNPACK sums in int32 and requantizes in fp32, the q/dq graph sums in fp32.
 # - An ETDump and the Inspector locate a numeric gap per delegate call, not inside one.
 #
 # Exercises
 # ---------
-# 1. Which value does the first instruction read, and which one does the last write? Predict
-#    from ``plan.inputs`` and ``plan.outputs``, then check.
+# 1. How many bytes does the planned arena need, and which tensors set it? Predict from the
+#    three instructions which float tensors must be alive at the same time, and their sizes;
+#    then check against ``plan.non_const_buffer_sizes``.
 #
 #    .. dropdown:: Solution
 #
 #       .. code-block:: python
 #
-#          chain = plan.chains[0].instructions
-#          assert chain[0].instr_args.args[0] == plan.inputs[0], "the image"
-#          assert chain[-1].instr_args.args[-1] == plan.outputs[0], "the logits"
+#          import math
+#
+#          pool = plan.chains[0].instructions[1].instr_args  # the KernelCall between delegates
+#          pool_in, pool_out = (plan.values[pool.args[i]].val for i in (0, -1))
+#          sizes = [4 * math.prod(t.sizes) for t in (pool_in, pool_out)]
+#          print(sizes, plan.non_const_buffer_sizes[1])
+#          assert sizes == [BATCH * 128 * 28 * 28 * 4, BATCH * 128 * 7 * 7 * 4]
+#          assert 0 <= plan.non_const_buffer_sizes[1] - sum(sizes) <= 64, "the pool's two"
+#          # The pool reads the last conv's float output and writes its own: both alive at
+#          # once. The image is dead by then, so the pool's output reuses its bytes:
+#          image = plan.values[plan.inputs[0]].val
+#          offsets = [t.allocation_info.memory_offset_low for t in (image, pool_out)]
+#          assert offsets[0] == offsets[1], "where the image was"
 #
 # 2. Predict what share of the ``.pte`` the int8 weights take.
 #

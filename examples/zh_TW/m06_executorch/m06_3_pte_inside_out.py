@@ -234,10 +234,13 @@ print(f"輸出相差最多 {steps_off.max():.0f} 級，{(steps_off > 0).float().
 print(f"相對於 q/dq 模型的 SQNR：{output_sqnr:.1f} dB")
 
 # %%
-# 輸出並不 ``torch.equal`` ，也不該期待它們相等：XNNPACK 把 int8 乘 int8 累加到 int32，再用
-# 它自己的定點數捨入把每一層的和 **重新量化** 成 int8；q/dq 圖則是用浮點數算完一層，只捨入
-# 一次。落在捨入邊界附近的值會差一級，而一層差一級，會讓下一層的和稍微移動：兩個輸出級數
-# 與 40 dB 的界限，留有充分的餘裕。
+# 輸出並不 ``torch.equal`` ，也不該期待它們相等。XNNPACK 把 int8 乘 int8 精確地累加成 int32
+# 的和，再用 fp32 把它 **重新量化** 成 int8：在 x86 上，它的 qs8 GEMM 與 conv 核心程式
+# （ ``REQUANTIZATION == "FP32"`` 的樣板）把和轉成浮點數，乘上每個輸出通道一個預先算好的
+# scale（輸入 scale × weight scale ÷ 輸出 scale），再捨入。q/dq 圖則先反量化，把浮點數的乘積
+# 加總（順序不同，每一步都捨入到 fp32），再除以輸出 scale。兩者每一層都只捨入一次，但捨入的
+# 數不完全相同：落在捨入邊界附近的值會差一級，而一層差一級，會讓下一層的和稍微移動。兩個輸出
+# 級數與 40 dB 的界限，留有充分的餘裕。
 
 assert steps_off.max() <= 2, "和 q/dq 模型最多差兩個輸出級數"
 assert output_sqnr > 40, "比 int8 與浮點數的差距小得多"
@@ -335,22 +338,32 @@ assert sizes["int8, .pte"] < 0.3 * sizes["fp32, torch.export.save"], "四分之�
 # ----
 # - ``.pte`` 是一個 FlatBuffer 程式（執行計畫、運算子、delegate）加上區段：XNNPACK 酬載，
 #   以及存成 named data 的 weight，每個 int8 weight 一個位元組。
-# - ``Runtime`` 在 Python 裡執行它；因為 XNNPACK 以整數重新量化，它的輸出和 q/dq 模型相差
-#   不超過兩個輸出級數。
+# - ``Runtime`` 在 Python 裡執行它；它的輸出和 q/dq 模型相差不超過兩個輸出級數：XNNPACK 以
+#   int32 加總、以 fp32 重新量化，q/dq 圖則以 fp32 加總。
 # - ETDump 與 Inspector 以每次 delegate 呼叫為單位找出數值差距，看不到 delegate 內部。
 #
 # 練習
 # ----
-# 1. 第一道指令讀的是哪個值，最後一道指令寫的是哪個值？先從 ``plan.inputs`` 與
-#    ``plan.outputs`` 預測，再檢查。
+# 1. 規劃好的記憶體區需要多少位元組？由哪些張量決定？從三道指令預測哪些浮點張量必須同時
+#    存在，以及它們的大小；再和 ``plan.non_const_buffer_sizes`` 比對。
 #
 #    .. dropdown:: 解答
 #
 #       .. code-block:: python
 #
-#          chain = plan.chains[0].instructions
-#          assert chain[0].instr_args.args[0] == plan.inputs[0], "影像"
-#          assert chain[-1].instr_args.args[-1] == plan.outputs[0], "logits"
+#          import math
+#
+#          pool = plan.chains[0].instructions[1].instr_args  # 兩個 delegate 之間的 KernelCall
+#          pool_in, pool_out = (plan.values[pool.args[i]].val for i in (0, -1))
+#          sizes = [4 * math.prod(t.sizes) for t in (pool_in, pool_out)]
+#          print(sizes, plan.non_const_buffer_sizes[1])
+#          assert sizes == [BATCH * 128 * 28 * 28 * 4, BATCH * 128 * 7 * 7 * 4]
+#          assert 0 <= plan.non_const_buffer_sizes[1] - sum(sizes) <= 64, "pool 的兩個張量"
+#          # pool 讀取最後一個 conv 的浮點輸出，並寫出自己的輸出：兩者同時存在。那時影像已經
+#          # 用不到了，所以 pool 的輸出重用它的位元組：
+#          image = plan.values[plan.inputs[0]].val
+#          offsets = [t.allocation_info.memory_offset_low for t in (image, pool_out)]
+#          assert offsets[0] == offsets[1], "就在影像原本的位置"
 #
 # 2. 預測 int8 weight 佔 ``.pte`` 的多少比例。
 #

@@ -434,14 +434,12 @@ class _X86Rules:
                 "request (set_function_type_qconfig(torch.matmul, ...), set_module_name_qconfig)"
             )
         if kind == "linear" and node not in self.found["linear"]:
-            module, cls = _module(node)
             return (
-                f"F.linear called inside {cls} ('{module}'), not an nn.Linear: the linear "
+                f"F.linear called inside {_module(node)[1]}, not an nn.Linear: the linear "
                 "pattern finds nn.Linear modules and F.linear calls (get_source_partitions)"
             )
         if target == aten.conv2d.default and node not in self.found["conv"]:
-            module, cls = _module(node)
-            return f"conv2d called inside {cls} ('{module}'), not an nn.Conv2d module"
+            return f"conv2d called inside {_module(node)[1]}, not an nn.Conv2d module"
         if target == aten.conv1d.default:
             return "conv1d is annotated only with an nn.ReLU after it (the Conv1d + ReLU pattern)"
         if kind == "mul":
@@ -501,9 +499,24 @@ class _XnnpackRules:
                     "the dynamic config annotates only linear and conv (patterns marked is_dynamic)"
                 )
             if kind == "conv":
-                return "a dynamic config annotates only 2-D convs that are not depthwise"
+                return _xnnpack_dynamic_conv(node)
         if kind in ("add", "mul") and any(
             a.meta["val"].dtype != torch.float32 for a in node.args[:2]
         ):
             return f"{kind} of a tensor that is not float32: observers take float tensors only"
         return "not annotated: no rule of this report explains it"
+
+
+def _xnnpack_dynamic_conv(node) -> str:
+    users = list(node.users)
+    if len(users) == 1 and users[0].target in (aten.relu.default, aten.relu_.default):
+        return (
+            "a conv followed by a ReLU is annotated only by the conv + ReLU pattern, "
+            "which the dynamic config does not apply"
+        )
+    weight = _unobserved(node.args[1]).meta.get("val")
+    if weight is not None and weight.dim() != 4:
+        return "the dynamic config annotates 2-D convs only"
+    if weight is not None and weight.shape[1] == 1:
+        return "a depthwise conv (one input channel per group) is not annotated dynamically"
+    return "not annotated: no rule of this report explains it"

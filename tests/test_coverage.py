@@ -119,6 +119,8 @@ COUNTS = [
     ("encoder_layer", "x86_dynamic", {"linear": (2, 4), "attention": (0, 1), "add": (0, 2)}),
     ("encoder_layer", "xnnpack", {"linear": (4, 4), "attention": (0, 1), "add": (2, 2)}),
     ("encoder_layer", "xnnpack_dynamic", {"linear": (4, 4), "attention": (0, 1), "add": (0, 2)}),
+    ("residual", "xnnpack_dynamic", {"conv": (1, 2), "add": (0, 1)}),
+    ("squeeze_excite", "xnnpack_dynamic", {"conv": (1, 2), "mul": (0, 1)}),
 ]
 
 
@@ -183,7 +185,12 @@ REASONS = [
     ("matmul_head", "x86", "matmul", "not default_quantizable_ops"),
     ("matmul_head", "x86", "bmm", "aten.bmm is not in the quantizer's op set"),
     ("matmul_head", "xnnpack", "bmm", "aten.bmm is in none of the quantizer's patterns"),
-    ("encoder_layer", "x86", "linear", "F.linear called inside MultiheadAttention ('self_attn')"),
+    (
+        "encoder_layer",
+        "x86",
+        "linear",
+        "F.linear called inside MultiheadAttention, not an nn.Linear",
+    ),
     ("encoder_layer", "x86", "add", "no conv or linear feeds this one directly"),
     (
         "encoder_layer",
@@ -192,6 +199,8 @@ REASONS = [
         "aten.scaled_dot_product_attention is not in the quantizer's op set",
     ),
     ("encoder_layer", "xnnpack_dynamic", "add", "annotates only linear and conv"),
+    ("residual", "xnnpack_dynamic", "conv2d", "followed by a ReLU"),
+    ("squeeze_excite", "xnnpack_dynamic", "conv2d", "followed by a ReLU"),
 ]
 
 

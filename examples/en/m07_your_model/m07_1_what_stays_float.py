@@ -1,0 +1,325 @@
+"""
+M07-1 What will my quantizer leave in float?
+============================================
+
+Bring a model the course did not write and ask, op by op, what the quantizer made int8 and
+what it left in float, and why. ``common.coverage`` answers from the annotations the
+quantizer wrote and its own rules. On a MobileNet-style CNN, ``X86InductorQuantizer`` first
+refuses the graph outright, because one activation module is called at several places; a
+strict export fixes that, and then it leaves the squeeze-excitation's broadcast ``mul``
+float where ExecuTorch's ``XNNPACKQuantizer`` quantizes every compute op. On
+``nn.TransformerEncoderLayer`` the roles turn: x86 leaves the attention's two linears, SDPA
+and both residual adds float, XNNPACK only SDPA.
+
+**What you will learn**
+
+- How to read, for any exported model, which compute ops a quantizer leaves float and why
+- Why a reused activation module breaks ``X86InductorQuantizer`` and what fixes it
+- Where the x86 and the XNNPACK quantizers differ on CNNs and on transformers
+
+**Prerequisites**: :ref:`M00-3 · finding patterns
+<sphx_glr_lessons_m00_graphs_m00_3_finding_patterns.py>`, :ref:`M05-1 · what the quantizer
+sees in attention <sphx_glr_lessons_m05_transformers_m05_1_attention.py>`, :ref:`M06-1 ·
+the XNNPACK quantizer <sphx_glr_lessons_m06_executorch_m06_1_xnnpack_quantizer.py>`.
+"""
+
+# SPDX-License-Identifier: BSD-3-Clause
+# sphinx_gallery_thumbnail_number = 1
+
+# %%
+# Setup
+# -----
+# The CNN is written the way real model code writes one, after MobileNetV3 and ResNet:
+# inverted-residual blocks (1×1 expand, 3×3 depthwise conv, squeeze-excitation, 1×1
+# project) with hardswish, an in-place residual add ``out += x``, adaptive pooling, and one
+# ``nn.ReLU`` (``self.relu``) and one ``nn.Hardswish`` per block (``self.act``) each called at
+# two places, as torchvision's ``BasicBlock`` calls its one ``self.relu`` twice.
+# ``one_module_per_call=True`` builds the same model with a module per call.
+# Random weights, 32×32 images.
+
+import importlib
+import inspect
+import logging
+
+import torch
+from torch import nn
+
+from common.coverage import coverage, side_by_side
+from common.expect import expect_error
+from common.pt2e import export_module, quiet, x86_quantizer
+from common.viz import draw
+
+quiet()
+
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer
+
+from common.edge import xnnpack_quantizer
+
+images = (torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(1)),)
+tokens = (torch.randn(2, 16, 64, generator=torch.Generator().manual_seed(1)),)
+
+# %%
+# The model, in the parts torchvision's MobileNetV3 has: ``SqueezeExcite``,
+# ``InvertedResidual`` and ``MobileNetish``; ``build`` makes one with fixed random weights.
+# ``quantized_block`` quantizes one block alone (strictly exported, calibrated on random
+# activations), for the pictures.
+
+
+class SqueezeExcite(nn.Module):
+    def __init__(self, channels):
+        super().__init__()
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.reduce, self.relu = nn.Conv2d(channels, channels // 4, 1), nn.ReLU()
+        self.expand, self.gate = nn.Conv2d(channels // 4, channels, 1), nn.Hardsigmoid()
+
+    def forward(self, x):
+        return x * self.gate(self.expand(self.relu(self.reduce(self.pool(x)))))
+
+
+def conv_bn(cin, cout, kernel=1, *, stride=1, groups=1):
+    conv = nn.Conv2d(cin, cout, kernel, stride, kernel // 2, groups=groups, bias=False)
+    return nn.Sequential(conv, nn.BatchNorm2d(cout))
+
+
+class InvertedResidual(nn.Module):
+    def __init__(self, channels, expand, *, one_module_per_call=False):
+        super().__init__()
+        hidden = channels * expand
+        self.expand = conv_bn(channels, hidden)
+        self.depthwise = conv_bn(hidden, hidden, 3, groups=hidden)
+        self.se = SqueezeExcite(hidden)
+        self.project = conv_bn(hidden, channels)
+        self.act = nn.Hardswish()
+        self.act2 = nn.Hardswish() if one_module_per_call else None
+
+    def forward(self, x):
+        out = self.act(self.expand(x))
+        out = self.se((self.act2 or self.act)(self.depthwise(out)))
+        out = self.project(out)
+        out += x
+        return out
+
+
+class MobileNetish(nn.Module):
+    def __init__(self, *, one_module_per_call=False):
+        super().__init__()
+        self.stem, self.relu = conv_bn(3, 16, 3, stride=2), nn.ReLU()
+        blocks = [InvertedResidual(16, 4, one_module_per_call=one_module_per_call) for _ in "ab"]
+        self.blocks = nn.Sequential(*blocks)
+        self.relu2 = nn.ReLU() if one_module_per_call else None
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.head = nn.Sequential(nn.Linear(16, 64), nn.Hardswish(), nn.Linear(64, 10))
+
+    def forward(self, x):
+        x = (self.relu2 or self.relu)(self.blocks(self.relu(self.stem(x))))
+        return self.head(torch.flatten(self.pool(x), 1))
+
+
+def build(**options) -> MobileNetish:
+    torch.manual_seed(0)
+    return MobileNetish(**options).eval()
+
+
+def quantized_block(quantizer):
+    block = build(one_module_per_call=True).blocks[0]
+    activations = (torch.randn(2, 16, 16, 16, generator=torch.Generator().manual_seed(2)),)
+    prepared = prepare_pt2e(
+        torch.export.export(block, activations, strict=True).module(), quantizer
+    )
+    prepared(*activations)
+    return convert_pt2e(prepared)
+
+
+# %%
+# Step 1 — Ask the x86 quantizer
+# ------------------------------
+# ``coverage(model, quantizer)`` prepares a copy of the exported graph and reads each compute
+# op's annotation. On the CNN exported as ``export_module`` does (non-strict), the x86
+# quantizer itself fails: its conv + unary patterns take one source partition per module,
+# and a module called twice is one partition with two outputs. The report's error names the
+# modules called at several places, and the two ways out.
+
+model = build()
+graph = export_module(model, images)
+modules = "'relu' (ReLU, 2 calls), 'blocks.0.act' (Hardswish, 2 calls)"
+with expect_error(ValueError, match=modules):
+    coverage(graph, x86_quantizer())
+
+# %%
+# Step 2 — Export strictly, then compare the two quantizers
+# ---------------------------------------------------------
+# A strict export (``strict=True``, TorchDynamo's tracer) records ``source_fn_stack`` on each
+# node, with a name per call, and ``get_source_partitions`` reads it before
+# ``nn_module_stack``: each call becomes a partition of its own and the patterns match. The
+# same graph under x86 and XNNPACK, every compute op:
+
+strict = torch.export.export(model, images, strict=True).module()
+x86 = coverage(strict, x86_quantizer())
+xnnpack = coverage(strict, xnnpack_quantizer())
+print(side_by_side(x86, xnnpack))
+
+# %%
+# The counts, per kind of op (int8, all):
+
+print(x86.summary())
+print(xnnpack.summary())
+assert x86.counts() == {"conv": (11, 11), "mul": (0, 2), "add": (2, 2), "linear": (2, 2)}
+assert xnnpack.counts() == {"conv": (11, 11), "mul": (2, 2), "add": (2, 2), "linear": (2, 2)}
+
+# %%
+# Both adds are int8 under x86 too, but differently: x86 annotates an add only fused into
+# the conv before it (``conv + add``), the conv's output never leaves the int8 kernel;
+# XNNPACK quantizes the add's two inputs and its output, as an op of its own.
+
+print(x86["add_"].reason, "|", xnnpack["add_"].reason)
+assert x86["add_"].status == "int8 fused" and xnnpack["add_"].status == "int8 static"
+
+# %%
+# Step 3 — See the float mul
+# --------------------------
+# One block, quantized by each. Under x86 the squeeze-excitation's ``mul`` (highlighted)
+# reads both inputs in float, the hardswish output and the gate, and only its result is
+# quantized, for the project conv; under XNNPACK both inputs come through dequantize nodes.
+
+dequantize = torch.ops.quantized_decomposed.dequantize_per_tensor.default
+x86_block = quantized_block(x86_quantizer())
+draw(x86_block, highlight=["mul"], title="x86: the squeeze-excitation mul stays float")
+(mul,) = x86_block.graph.find_nodes(op="call_function", target=torch.ops.aten.mul.Tensor)
+assert not any(arg.target == dequantize for arg in mul.args), "x86: float inputs"
+
+# %%
+
+xnnpack_block = quantized_block(xnnpack_quantizer())
+draw(xnnpack_block, highlight=["mul"], title="XNNPACK: int8 mul")
+(mul,) = xnnpack_block.graph.find_nodes(op="call_function", target=torch.ops.aten.mul.Tensor)
+assert all(arg.target == dequantize for arg in mul.args), "XNNPACK: both inputs dequantized"
+
+# %%
+# Why: ``mul.Tensor`` is among x86's ``default_quantizable_ops``, but ``_annotate_mul_tensor``
+# skips a mul whose two inputs differ in shape, and squeeze-excitation multiplies a
+# ``(2, 64, 16, 16)`` activation by a ``(2, 64, 1, 1)`` gate.
+
+print(x86["mul"].reason)
+source = inspect.getsource(x86_inductor_quantizer.X86InductorQuantizer._annotate_mul_tensor)
+assert "_same_shape(node.args[0], node.args[1])" in source
+assert torch.ops.aten.mul.Tensor in x86_inductor_quantizer.default_quantizable_ops
+
+# %%
+# Step 4 — A transformer layer: the roles turn
+# --------------------------------------------
+# ``nn.TransformerEncoderLayer`` (width 64, 4 heads, ``batch_first=True``). x86 leaves the
+# attention's two linears float, ``F.linear`` calls inside ``nn.MultiheadAttention`` (M05-1),
+# and both residual adds, with no conv or linear right before them to fuse into. XNNPACK
+# finds linears by op, not by module, and quantizes adds on their own: only SDPA stays
+# float, in neither quantizer's set.
+
+torch.manual_seed(0)
+layer = nn.TransformerEncoderLayer(64, 4, 128, batch_first=True).eval()
+layer_graph = export_module(layer, tokens)
+x86_layer = coverage(layer_graph, x86_quantizer())
+xnnpack_layer = coverage(layer_graph, xnnpack_quantizer())
+print(side_by_side(x86_layer, xnnpack_layer))
+print(x86_layer.table(only="float"))
+assert x86_layer.counts() == {"linear": (2, 4), "attention": (0, 1), "add": (0, 2)}
+assert xnnpack_layer.counts() == {"linear": (4, 4), "attention": (0, 1), "add": (2, 2)}
+
+# %%
+# Step 5 — ExecuTorch's QuantizerReporter
+# ---------------------------------------
+# ExecuTorch 1.5.1 ships a report of its own, ``QuantizerReporter``
+# (``executorch.backends.cortex_m.quantizer_reporter``). It reports what a quantizer tells it
+# while annotating, through the ``QuantizerReporterUser`` interface (``get_quantizer_info``,
+# ``register_reporter``) that ExecuTorch's Cortex-M and Arm quantizers implement; those need
+# ``tosa_serializer``, which is not on PyPI, and do not import here:
+
+with expect_error(ModuleNotFoundError, match="tosa_serializer"):
+    importlib.import_module("executorch.backends.cortex_m.quantizer.quantizer")
+
+# %%
+# ``XNNPACKQuantizer`` and ``X86InductorQuantizer`` implement neither method, so the reporter
+# does not apply to them:
+
+from executorch.backends.cortex_m.quantizer_reporter import QuantizerReporter
+
+logging.getLogger("executorch.backends.cortex_m.quantizer_reporter").setLevel(logging.ERROR)
+with expect_error(AttributeError, match="get_quantizer_info"):
+    QuantizerReporter([xnnpack_quantizer()])
+assert not any(hasattr(q, "get_quantizer_info") for q in (x86_quantizer(), xnnpack_quantizer()))
+
+# %%
+# Summary
+# -------
+# ==================================  ========================  ===========================
+# compute op                          x86                       XNNPACK
+# ==================================  ========================  ===========================
+# conv, depthwise conv, 1×1 conv      int8                      int8
+# in-place residual ``add_``          int8, fused into conv     int8, an op of its own
+# squeeze-excitation ``mul``          float: shapes differ      int8
+# ``nn.MultiheadAttention`` linears   float: not nn.Linear      int8 (matched by op)
+# residual add after attention        float: nothing to fuse    int8
+# ``scaled_dot_product_attention``    float                     float
+# ==================================  ========================  ===========================
+#
+# A module called at several places stops x86 before any of this, on a non-strict export:
+# export with ``strict=True`` or give each call its own module.
+#
+# Exercises
+# ---------
+# 1. Instead of a strict export, build the CNN with ``one_module_per_call=True`` and export
+#    it as before (non-strict). Predict the x86 counts.
+#
+#    .. dropdown:: Solution
+#
+#       .. code-block:: python
+#
+#          fixed_graph = export_module(build(one_module_per_call=True), images)
+#          fixed = coverage(fixed_graph, x86_quantizer())
+#          assert fixed.counts() == x86.counts(), "the same as the strict export"
+#
+# 2. Ask XNNPACK for dynamic quantization (``get_symmetric_quantization_config(
+#    is_per_channel=True, is_dynamic=True)``). Predict which compute ops of the CNN stay int8.
+#
+#    .. dropdown:: Solution
+#
+#       .. code-block:: python
+#
+#          from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+#              XNNPACKQuantizer,
+#              get_symmetric_quantization_config,
+#          )
+#
+#          config = get_symmetric_quantization_config(is_per_channel=True, is_dynamic=True)
+#          dynamic = coverage(strict, XNNPACKQuantizer().set_global(config))
+#          print(dynamic.summary())
+#          assert dynamic.counts() == {
+#              "conv": (6, 11), "mul": (0, 2), "add": (0, 2), "linear": (2, 2)
+#          }, "convs before a ReLU, depthwise convs, adds and muls are not annotated dynamically"
+#
+# 3. Ask x86 for int8 in the attention by module name,
+#    ``set_module_name_qconfig("self_attn", config)``. Predict the int8 linears.
+#
+#    .. dropdown:: Solution
+#
+#       .. code-block:: python
+#
+#          config = x86_inductor_quantizer.get_default_x86_inductor_quantization_config()
+#          by_name = x86_quantizer().set_module_name_qconfig("self_attn", config)
+#          assert coverage(layer_graph, by_name).counts()["linear"] == (2, 4), (
+#              "still 2: the linear pattern never finds F.linear inside the MHA"
+#          )
+#
+# Further reading
+# ---------------
+# - `X86InductorQuantizer source
+#   <https://github.com/pytorch/ao/blob/main/torchao/quantization/pt2e/quantizer/x86_inductor_quantizer.py>`_
+# - `XNNPACKQuantizer source
+#   <https://github.com/pytorch/executorch/blob/main/backends/xnnpack/quantizer/xnnpack_quantizer.py>`_
+# - `torch.export: strict and non-strict
+#   <https://docs.pytorch.org/docs/stable/export.html>`_
+#
+# Next
+# ----
+# :ref:`M07-2 · a transformer you did not write
+# <sphx_glr_lessons_m07_your_model_m07_2_transformer_you_did_not_write.py>` makes every linear
+# of an ``nn.TransformerEncoder`` int8 without editing its code.

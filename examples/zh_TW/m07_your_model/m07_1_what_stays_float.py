@@ -1,0 +1,321 @@
+"""
+M07-1 我的 quantizer 會把什麼留在浮點數？
+=========================================
+
+帶一個不是課程寫的模型來，逐個運算問清楚：quantizer 把哪些變成 int8、把哪些留在浮點數，
+又是為什麼。 ``common.coverage`` 依據 quantizer 寫下的 annotation 與它自己的規則回答。在一個
+MobileNet 式 CNN 上， ``X86InductorQuantizer`` 一開始就拒絕整張圖，因為有一個活化模組在好幾個
+地方被呼叫；strict 匯出修好這一點之後，它把 squeeze-excitation 裡需要廣播的 ``mul`` 留在
+浮點數，而 ExecuTorch 的 ``XNNPACKQuantizer`` 把每個計算運算都量化了。到了
+``nn.TransformerEncoderLayer`` ，角色對調：x86 把 attention 的兩個 linear、SDPA 與兩個殘差
+add 都留在浮點數，XNNPACK 只留下 SDPA。
+
+**你會學到**
+
+- 對任何匯出的模型，怎麼讀出 quantizer 把哪些計算運算留在浮點數、原因是什麼
+- 為什麼重複使用的活化模組會讓 ``X86InductorQuantizer`` 失敗，以及怎麼修
+- x86 與 XNNPACK 兩個 quantizer 在 CNN 與 transformer 上有哪些不同
+
+**先備知識**： :ref:`M00-3 · 找出 pattern
+<sphx_glr_lessons_m00_graphs_m00_3_finding_patterns.py>`、 :ref:`M05-1 · quantizer 在
+attention 裡看見什麼 <sphx_glr_lessons_m05_transformers_m05_1_attention.py>`、 :ref:`M06-1 ·
+XNNPACK quantizer <sphx_glr_lessons_m06_executorch_m06_1_xnnpack_quantizer.py>`。
+"""
+
+# SPDX-License-Identifier: BSD-3-Clause
+# sphinx_gallery_thumbnail_number = 1
+
+# %%
+# 準備
+# ----
+# 這個 CNN 照真實模型程式碼的寫法，仿照 MobileNetV3 與 ResNet：inverted residual block
+# （1×1 擴張、3×3 depthwise conv、squeeze-excitation、1×1 投影）搭配 hardswish、就地的殘差
+# add ``out += x`` 、adaptive pooling，還有一個 ``nn.ReLU`` （ ``self.relu`` ）與每個 block 一個
+# ``nn.Hardswish`` （ ``self.act`` ），各在兩個地方被呼叫，就像 torchvision 的 ``BasicBlock``
+# 把它唯一的 ``self.relu`` 呼叫兩次。 ``one_module_per_call=True`` 建出同一個模型，但每次
+# 呼叫各用一個模組。隨機 weight，32×32 的影像。
+
+import importlib
+import inspect
+import logging
+
+import torch
+from torch import nn
+
+from common.coverage import coverage, side_by_side
+from common.expect import expect_error
+from common.pt2e import export_module, quiet, x86_quantizer
+from common.viz import draw
+
+quiet()
+
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer
+
+from common.edge import xnnpack_quantizer
+
+images = (torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(1)),)
+tokens = (torch.randn(2, 16, 64, generator=torch.Generator().manual_seed(1)),)
+
+# %%
+# 模型，由 torchvision 的 MobileNetV3 也有的零件組成： ``SqueezeExcite`` 、
+# ``InvertedResidual`` 與 ``MobileNetish`` ； ``build`` 用固定的隨機 weight 建出一個。
+# ``quantized_block`` 單獨量化一個 block（strict 匯出、用隨機活化值校準），供畫圖使用。
+
+
+class SqueezeExcite(nn.Module):
+    def __init__(self, channels):
+        super().__init__()
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.reduce, self.relu = nn.Conv2d(channels, channels // 4, 1), nn.ReLU()
+        self.expand, self.gate = nn.Conv2d(channels // 4, channels, 1), nn.Hardsigmoid()
+
+    def forward(self, x):
+        return x * self.gate(self.expand(self.relu(self.reduce(self.pool(x)))))
+
+
+def conv_bn(cin, cout, kernel=1, *, stride=1, groups=1):
+    conv = nn.Conv2d(cin, cout, kernel, stride, kernel // 2, groups=groups, bias=False)
+    return nn.Sequential(conv, nn.BatchNorm2d(cout))
+
+
+class InvertedResidual(nn.Module):
+    def __init__(self, channels, expand, *, one_module_per_call=False):
+        super().__init__()
+        hidden = channels * expand
+        self.expand = conv_bn(channels, hidden)
+        self.depthwise = conv_bn(hidden, hidden, 3, groups=hidden)
+        self.se = SqueezeExcite(hidden)
+        self.project = conv_bn(hidden, channels)
+        self.act = nn.Hardswish()
+        self.act2 = nn.Hardswish() if one_module_per_call else None
+
+    def forward(self, x):
+        out = self.act(self.expand(x))
+        out = self.se((self.act2 or self.act)(self.depthwise(out)))
+        out = self.project(out)
+        out += x
+        return out
+
+
+class MobileNetish(nn.Module):
+    def __init__(self, *, one_module_per_call=False):
+        super().__init__()
+        self.stem, self.relu = conv_bn(3, 16, 3, stride=2), nn.ReLU()
+        blocks = [InvertedResidual(16, 4, one_module_per_call=one_module_per_call) for _ in "ab"]
+        self.blocks = nn.Sequential(*blocks)
+        self.relu2 = nn.ReLU() if one_module_per_call else None
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.head = nn.Sequential(nn.Linear(16, 64), nn.Hardswish(), nn.Linear(64, 10))
+
+    def forward(self, x):
+        x = (self.relu2 or self.relu)(self.blocks(self.relu(self.stem(x))))
+        return self.head(torch.flatten(self.pool(x), 1))
+
+
+def build(**options) -> MobileNetish:
+    torch.manual_seed(0)
+    return MobileNetish(**options).eval()
+
+
+def quantized_block(quantizer):
+    block = build(one_module_per_call=True).blocks[0]
+    activations = (torch.randn(2, 16, 16, 16, generator=torch.Generator().manual_seed(2)),)
+    prepared = prepare_pt2e(
+        torch.export.export(block, activations, strict=True).module(), quantizer
+    )
+    prepared(*activations)
+    return convert_pt2e(prepared)
+
+
+# %%
+# 步驟 1 — 問 x86 quantizer
+# --------------------------
+# ``coverage(model, quantizer)`` 對匯出的圖的副本執行 prepare，讀取每個計算運算的
+# annotation。這個 CNN 照 ``export_module`` 的方式（non-strict）匯出後，x86 quantizer 自己就
+# 失敗了：它的 conv + 一元運算 pattern 每個模組取一個來源分割，而被呼叫兩次的模組是一個有兩個
+# 輸出的分割。報告的錯誤訊息指出哪些模組在好幾個地方被呼叫，以及兩種解法。
+
+model = build()
+graph = export_module(model, images)
+modules = "'relu' (ReLU, 2 calls), 'blocks.0.act' (Hardswish, 2 calls)"
+with expect_error(ValueError, match=modules):
+    coverage(graph, x86_quantizer())
+
+# %%
+# 步驟 2 — strict 匯出，再比較兩個 quantizer
+# -------------------------------------------
+# strict 匯出（ ``strict=True`` ，TorchDynamo 的追蹤器）在每個 node 上記錄
+# ``source_fn_stack`` ，每次呼叫一個名字，而 ``get_source_partitions`` 先讀它、再讀
+# ``nn_module_stack`` ：每次呼叫各成一個分割，pattern 就比對得上。同一張圖在 x86 與 XNNPACK
+# 之下的每個計算運算：
+
+strict = torch.export.export(model, images, strict=True).module()
+x86 = coverage(strict, x86_quantizer())
+xnnpack = coverage(strict, xnnpack_quantizer())
+print(side_by_side(x86, xnnpack))
+
+# %%
+# 依運算種類的數量（int8、全部）：
+
+print(x86.summary())
+print(xnnpack.summary())
+assert x86.counts() == {"conv": (11, 11), "mul": (0, 2), "add": (2, 2), "linear": (2, 2)}
+assert xnnpack.counts() == {"conv": (11, 11), "mul": (2, 2), "add": (2, 2), "linear": (2, 2)}
+
+# %%
+# 兩個 add 在 x86 下也是 int8，但方式不同：x86 只在 add 與它前面的 conv 融合時標註它
+# （ ``conv + add`` ），conv 的輸出從不離開 int8 kernel；XNNPACK 則把 add 當成獨立的運算，
+# 量化它的兩個輸入與輸出。
+
+print(x86["add_"].reason, "|", xnnpack["add_"].reason)
+assert x86["add_"].status == "int8 fused" and xnnpack["add_"].status == "int8 static"
+
+# %%
+# 步驟 3 — 看見浮點的 mul
+# -----------------------
+# 同一個 block，分別由兩者量化。在 x86 下，squeeze-excitation 的 ``mul`` （醒目標示）以浮點數
+# 讀取兩個輸入——hardswish 的輸出與 gate——只有它的結果為了投影 conv 而被量化；在 XNNPACK
+# 下，兩個輸入都經過 dequantize node。
+
+dequantize = torch.ops.quantized_decomposed.dequantize_per_tensor.default
+x86_block = quantized_block(x86_quantizer())
+draw(x86_block, highlight=["mul"], title="x86：squeeze-excitation 的 mul 留在浮點數")
+(mul,) = x86_block.graph.find_nodes(op="call_function", target=torch.ops.aten.mul.Tensor)
+assert not any(arg.target == dequantize for arg in mul.args), "x86：浮點輸入"
+
+# %%
+
+xnnpack_block = quantized_block(xnnpack_quantizer())
+draw(xnnpack_block, highlight=["mul"], title="XNNPACK：int8 的 mul")
+(mul,) = xnnpack_block.graph.find_nodes(op="call_function", target=torch.ops.aten.mul.Tensor)
+assert all(arg.target == dequantize for arg in mul.args), "XNNPACK：兩個輸入都經過 dequantize"
+
+# %%
+# 原因： ``mul.Tensor`` 在 x86 的 ``default_quantizable_ops`` 裡，但 ``_annotate_mul_tensor``
+# 會跳過兩個輸入形狀不同的 mul，而 squeeze-excitation 是把 ``(2, 64, 16, 16)`` 的活化值乘上
+# ``(2, 64, 1, 1)`` 的 gate。
+
+print(x86["mul"].reason)
+source = inspect.getsource(x86_inductor_quantizer.X86InductorQuantizer._annotate_mul_tensor)
+assert "_same_shape(node.args[0], node.args[1])" in source
+assert torch.ops.aten.mul.Tensor in x86_inductor_quantizer.default_quantizable_ops
+
+# %%
+# 步驟 4 — 一層 transformer：角色對調
+# -----------------------------------
+# ``nn.TransformerEncoderLayer`` （寬度 64、4 個 head、 ``batch_first=True`` ）。x86 把
+# attention 的兩個 linear 留在浮點數——它們是 ``nn.MultiheadAttention`` 裡的 ``F.linear``
+# 呼叫（M05-1）——兩個殘差 add 也一樣，因為它們前面沒有可以融合的 conv 或 linear。XNNPACK
+# 依運算而不是依模組找 linear，並且把 add 當成獨立的運算量化：只有 SDPA 留在浮點數，它不在
+# 任何一個 quantizer 的集合裡。
+
+torch.manual_seed(0)
+layer = nn.TransformerEncoderLayer(64, 4, 128, batch_first=True).eval()
+layer_graph = export_module(layer, tokens)
+x86_layer = coverage(layer_graph, x86_quantizer())
+xnnpack_layer = coverage(layer_graph, xnnpack_quantizer())
+print(side_by_side(x86_layer, xnnpack_layer))
+print(x86_layer.table(only="float"))
+assert x86_layer.counts() == {"linear": (2, 4), "attention": (0, 1), "add": (0, 2)}
+assert xnnpack_layer.counts() == {"linear": (4, 4), "attention": (0, 1), "add": (2, 2)}
+
+# %%
+# 步驟 5 — ExecuTorch 的 QuantizerReporter
+# ----------------------------------------
+# ExecuTorch 1.5.1 附有自己的報告 ``QuantizerReporter``
+# （ ``executorch.backends.cortex_m.quantizer_reporter`` ）。它報告的是 quantizer 在標註時
+# 告訴它的事，透過 ``QuantizerReporterUser`` 介面（ ``get_quantizer_info`` 、
+# ``register_reporter`` ）；實作這個介面的是 ExecuTorch 的 Cortex-M 與 Arm quantizer，而它們
+# 需要 PyPI 上沒有的 ``tosa_serializer`` ，在這裡無法匯入：
+
+with expect_error(ModuleNotFoundError, match="tosa_serializer"):
+    importlib.import_module("executorch.backends.cortex_m.quantizer.quantizer")
+
+# %%
+# ``XNNPACKQuantizer`` 與 ``X86InductorQuantizer`` 兩個方法都沒有實作，所以這個報告用不到
+# 它們身上：
+
+from executorch.backends.cortex_m.quantizer_reporter import QuantizerReporter
+
+logging.getLogger("executorch.backends.cortex_m.quantizer_reporter").setLevel(logging.ERROR)
+with expect_error(AttributeError, match="get_quantizer_info"):
+    QuantizerReporter([xnnpack_quantizer()])
+assert not any(hasattr(q, "get_quantizer_info") for q in (x86_quantizer(), xnnpack_quantizer()))
+
+# %%
+# 重點整理
+# --------
+# ==================================  ========================  ===========================
+# 計算運算                            x86                       XNNPACK
+# ==================================  ========================  ===========================
+# conv、depthwise conv、1×1 conv      int8                      int8
+# 就地的殘差 ``add_``                 int8，與 conv 融合        int8，獨立的運算
+# squeeze-excitation 的 ``mul``       浮點數：形狀不同          int8
+# MHA 的 linear                       浮點數：不是 nn.Linear    int8（依運算比對）
+# attention 之後的殘差 add            浮點數：沒有可融合的      int8
+# ``scaled_dot_product_attention``    浮點數                    浮點數
+# ==================================  ========================  ===========================
+#
+# 在 non-strict 匯出的圖上，一個在好幾個地方被呼叫的模組，會讓 x86 在這一切之前就停下來：
+# 用 ``strict=True`` 匯出，或讓每次呼叫各用一個模組。
+#
+# 練習
+# ----
+# 1. 不用 strict 匯出，改用 ``one_module_per_call=True`` 建立 CNN，照原來的方式
+#    （non-strict）匯出。預測 x86 的數量。
+#
+#    .. dropdown:: 解答
+#
+#       .. code-block:: python
+#
+#          fixed_graph = export_module(build(one_module_per_call=True), images)
+#          fixed = coverage(fixed_graph, x86_quantizer())
+#          assert fixed.counts() == x86.counts(), "和 strict 匯出的一樣"
+#
+# 2. 要求 XNNPACK 做動態量化（ ``get_symmetric_quantization_config(
+#    is_per_channel=True, is_dynamic=True)`` ）。預測 CNN 的哪些計算運算仍是 int8。
+#
+#    .. dropdown:: 解答
+#
+#       .. code-block:: python
+#
+#          from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+#              XNNPACKQuantizer,
+#              get_symmetric_quantization_config,
+#          )
+#
+#          config = get_symmetric_quantization_config(is_per_channel=True, is_dynamic=True)
+#          dynamic = coverage(strict, XNNPACKQuantizer().set_global(config))
+#          print(dynamic.summary())
+#          assert dynamic.counts() == {
+#              "conv": (6, 11), "mul": (0, 2), "add": (0, 2), "linear": (2, 2)
+#          }, "ReLU 前的 conv、depthwise conv、add 與 mul 都不會被動態標註"
+#
+# 3. 依模組名稱要求 x86 在 attention 裡用 int8：
+#    ``set_module_name_qconfig("self_attn", config)`` 。預測 int8 的 linear 數量。
+#
+#    .. dropdown:: 解答
+#
+#       .. code-block:: python
+#
+#          config = x86_inductor_quantizer.get_default_x86_inductor_quantization_config()
+#          by_name = x86_quantizer().set_module_name_qconfig("self_attn", config)
+#          assert coverage(layer_graph, by_name).counts()["linear"] == (2, 4), (
+#              "仍然是 2：linear 的 pattern 從來找不到 MHA 裡的 F.linear"
+#          )
+#
+# 延伸閱讀
+# --------
+# - `X86InductorQuantizer 原始碼
+#   <https://github.com/pytorch/ao/blob/main/torchao/quantization/pt2e/quantizer/x86_inductor_quantizer.py>`_
+# - `XNNPACKQuantizer 原始碼
+#   <https://github.com/pytorch/executorch/blob/main/backends/xnnpack/quantizer/xnnpack_quantizer.py>`_
+# - `torch.export：strict 與 non-strict
+#   <https://docs.pytorch.org/docs/stable/export.html>`_
+#
+# 下一課
+# ------
+# :ref:`M07-2 · 不是你寫的 transformer
+# <sphx_glr_lessons_m07_your_model_m07_2_transformer_you_did_not_write.py>` 不修改
+# ``nn.TransformerEncoder`` 的程式碼，讓它的每個 linear 都成為 int8。

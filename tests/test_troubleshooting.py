@@ -22,11 +22,12 @@ FOLDER = "troubleshooting"
 NOT_ENTRIES = {"Setup", "Next", "準備", "下一頁"}
 # A heading that is an error message starts with the exception's (or warning's) name.
 MESSAGE = re.compile(r"^(?P<type>[A-Z]\w*(?:Error|Warning|Exception)): (?P<text>.+)$")
-# Three messages the search must find, in both languages (the headings of three entries).
+# Messages the search must find, in both languages (the headings of four entries).
 SEARCHED = [
     "Input partition has more than one output node",
     "Calling eval() is not supported yet.",
     "No module named 'torch.ao.quantization.quantize_pt2e'",
+    "Missing out variants",
 ]
 
 

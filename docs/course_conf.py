@@ -2,50 +2,10 @@
 
 import logging
 import os
-from pathlib import Path
-from urllib.parse import urlparse
 
-from languages import LANGUAGES
-
-DOCS = Path(__file__).resolve().parent
-ROOT = DOCS.parent
-
-# ---------------------------------------------------------------------------------------------
-# THE ONE SETTING TO CHANGE when the course moves: its public repository.
-# The notebooks' first cell pip-installs the course from it when they run in Google Colab, the
-# "Open in Colab" links read the published notebooks from its gh-pages branch, and the site's
-# address (GitHub Pages) is derived from it.
-COURSE_REPOSITORY = "https://github.com/pt2e-course/pt2e-course"
-# ---------------------------------------------------------------------------------------------
-
-# The branch .github/workflows/pages.yml publishes build/html to (Colab opens notebooks from it).
-PAGES_BRANCH = "gh-pages"
-_owner, _repo = urlparse(COURSE_REPOSITORY).path.strip("/").split("/")[:2]
-# Read the Docs tells its build where the site will live; elsewhere it is GitHub Pages.
-SITE_URL = (
-    os.environ.get("READTHEDOCS_CANONICAL_URL") or f"https://{_owner.lower()}.github.io/{_repo}/"
-)
-SITE_URL = SITE_URL.rstrip("/") + "/"
-# Colab opens a lesson's notebook where the Pages workflow publishes it (+ <lang>/_downloads/...).
-COLAB_NOTEBOOKS = f"https://colab.research.google.com/github/{_owner}/{_repo}/blob/{PAGES_BRANCH}/"
-
-# The modules of common/ that the API page documents, in this order (one line per module).
-API_MODULES = (
-    "common",
-    "common.models",
-    "common.pt2e",
-    "common.viz",
-    "common.quantizer",
-    "common.handmade",
-    "common.edge",
-    "common.expect",
-    "common.cpu",
-    "common.timing",
-    "common.aoti",
-    "common.numerics",
-    "common.charts",
-    "common.results",
-)
+# The repository, the site's address and the languages are build facts that nox and the tests
+# read without Sphinx: docs/languages.py.
+from languages import COURSE_REPOSITORY, DOCS, ROOT, SITE_URL, other_language
 
 TEXT = {
     "zh_TW": {
@@ -65,7 +25,7 @@ TEXT = {
             "# 以及 Graphviz 和中文字型；在自己的電腦上它什麼都不做：\n"
             "# 請在課程資料夾裡執行 pip install -e . 安裝課程。\n"
         ),
-        # The landing page's measured results (course_site.CourseResults), the report link and
+        # The landing page's measured results (course_directives.CourseResults), the report link and
         # the built-with line of a lesson page, the line beside the download buttons.
         "results_caption": "本次建置量測到的結果",
         "results_head": ("量測項目", "本次建置", "出處"),
@@ -109,7 +69,7 @@ TEXT = {
             "# torchao), Graphviz and a CJK font. On your own machine it does nothing:\n"
             "# install the course there with pip install -e . in its folder.\n"
         ),
-        # The landing page's measured results (course_site.CourseResults), the report link and
+        # The landing page's measured results (course_directives.CourseResults), the report link and
         # the built-with line of a lesson page, the line beside the download buttons.
         "results_caption": "Measured by this build",
         "results_head": ("What", "This build", "Lesson"),
@@ -155,18 +115,6 @@ if "google.colab" in sys.modules:
         check=True,
     )"""
 
-# sphinx-gallery writes these English phrases into every generated page and has no catalog
-# of its own; course_site.py swaps them on zh_TW pages as Sphinx reads them.
-GALLERY_ZH_TW = {
-    "`Go to the end <": "`前往頁尾 <",
-    "to download the full example code.": "下載完整的程式碼。",
-    "Download Jupyter notebook: ": "下載 Jupyter 筆記本：",
-    "Download Python source code: ": "下載 Python 原始碼：",
-    "Download zipped: ": "下載 zip 壓縮檔：",
-    "Download all examples in Python source code: ": "下載本單元的全部課程（Python 原始碼）：",
-    "Download all examples in Jupyter notebooks: ": "下載本單元的全部課程（Jupyter 筆記本）：",
-}
-
 
 def module_folders(lang: str) -> list[str]:
     """The course's modules, each a gallery: the folders of examples/<lang> with a README.txt.
@@ -178,12 +126,6 @@ def module_folders(lang: str) -> list[str]:
     first = [name for name in ("quickstart",) if name in found]
     last = [name for name in ("troubleshooting",) if name in found]
     return first + sorted(found - set(first) - set(last)) + last
-
-
-def other_language(lang: str) -> str:
-    """The language a page's switch leads to (the course has exactly two)."""
-    (other,) = [code for code in LANGUAGES if code != lang]
-    return other
 
 
 def _quiet_kernels() -> None:
@@ -223,7 +165,14 @@ def make_config(lang: str) -> dict:
             "sphinx.ext.autodoc",
             "sphinx.ext.napoleon",
             "sphinx_copybutton",
-            "course_site",  # docs/course_site.py: the site's own additions
+            # The site's own extensions, one job each (docs/<name>.py):
+            "course_directives",  # course map, measured results, lessons index, {lesson} role
+            "course_api",  # the API page: a section per module of common/, lessons using each name
+            "course_links",  # per page: twin page, Colab, report, built-with, run-needs line
+            "course_gallery_zh",  # sphinx-gallery's English phrases in Chinese on zh_TW pages
+            "course_rerun",  # lessons run again, pages read again, when their other inputs change
+            "course_kernel_lock",  # one Jupyter kernel at a time across the two builds
+            "course_sitemap",  # <lang>/sitemap.xml, every page with its twin
             "course_a11y",  # docs/course_a11y.py: accessibility fixes to the theme's markup
             "zh_spacing",  # docs/zh_spacing.py: no stray spaces in Chinese text
         ],
@@ -277,8 +226,12 @@ def make_config(lang: str) -> dict:
             "lessons/**/*.zip",
         ],
         "myst_enable_extensions": ["colon_fence", "deflist"],
-        # The API page (api.md, its sections generated from API_MODULES by course_site.py).
+        # The API page (api.md, its sections generated from common/ by docs/course_api.py).
         "autodoc_member_order": "bysource",
+        # A member without a docstring of its own (a model's forward) stays off the API page
+        # rather than showing the one it inherits (torch.nn.Module's "Define the computation
+        # performed at every call"), which says nothing about the course's code.
+        "autodoc_inherit_docstrings": False,
         "autodoc_typehints": "description",
         "napoleon_numpy_docstring": False,
         "html_domain_indices": False,

@@ -1,4 +1,5 @@
-"""The site's sphinx-gallery hooks: put the pictures ``draw`` makes on the lesson pages.
+"""The site's sphinx-gallery hooks: put the pictures ``draw`` makes on the lesson pages, and
+send the figures a lesson publishes (common.results) to its own file.
 
 Part of the site's build (docs/course_conf.py names them), not of what readers import. Kept
 apart from common.viz so that resolving these hooks does not import torch: a docs rebuild with
@@ -13,16 +14,20 @@ __all__ = ["reset", "scraper"]
 
 
 def reset(gallery_conf, fname) -> None:
-    """``reset_modules`` hook, run before each lesson: quiet the stack, collect pictures, and
-    once torchao is loaded, export its pattern graphs once for the whole build
-    (docs/pattern_graphs.py).
+    """``reset_modules`` hook, run before each lesson: quiet the stack, collect its pictures,
+    send the figures it publishes to its own file (common.results), and once torchao is
+    loaded, export its pattern graphs once for the whole build (docs/pattern_graphs.py).
 
     Args:
-        gallery_conf: sphinx-gallery's configuration (unused).
-        fname: the lesson's file name (unused).
+        gallery_conf: sphinx-gallery's configuration; its ``src_dir`` is the language's docs
+            folder (docs/<lang>).
+        fname: the lesson's file name.
     """
     from common.pt2e import quiet
+    from common.results import results_target
     from common.viz import collected_pictures
+
+    from course_sources import results_folder
 
     quiet()
     if "torchao.quantization.pt2e.utils" in sys.modules:
@@ -31,6 +36,8 @@ def reset(gallery_conf, fname) -> None:
         export_once()
     collected_pictures.active = True
     collected_pictures.pictures.clear()
+    lang = Path(gallery_conf["src_dir"]).name
+    results_target.start(results_folder(lang), Path(fname).stem)
 
 
 def inline_html(svg: str, alt: str) -> str:

@@ -475,10 +475,11 @@ def test_course_style_sets_the_cjk_font_and_a_second_call_changes_nothing(pyplot
 
 
 def test_chinese_labels_are_drawn_with_cjk_glyphs(pyplot):
-    from course_gallery import missing_glyphs
     from matplotlib import font_manager
 
     from common.charts import use_course_style
+
+    from course_gallery import missing_glyphs
 
     figure, axes = pyplot.subplots()
     axes.set_title("校準後的 scale")

@@ -24,9 +24,11 @@ from lesson_scripts import NOTEBOOK_LESSON, ROOT, lessons
 from marks import needs_dot
 
 # tests/conftest.py (loaded first by pytest) puts docs/ on sys.path: course_conf is the site's
-# shared Sphinx configuration, with the repository, the site URL and the languages.
+# shared Sphinx configuration, languages has the languages, the repository and the site URL,
+# course_api the API page's modules.
 import course_conf
-from languages import LANGUAGES
+from course_api import api_modules
+from languages import LANGUAGES, PAGES_BRANCH
 
 # One worker runs them all: they share the built site, its server and one Chromium.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("site")]
@@ -187,7 +189,7 @@ def test_lessons_offer_downloads_and_colab(site, lang):
         expected = f"https://colab.research.google.com/github/{owner_repo}/blob/"
         assert colab[1].startswith(expected) and colab[1].endswith(f"/{page.stem}.ipynb"), colab[1]
         # The link reads the notebook where the Pages workflow publishes this very folder.
-        published = colab[1].split(f"/blob/{course_conf.PAGES_BRANCH}/", 1)[1]
+        published = colab[1].split(f"/blob/{PAGES_BRANCH}/", 1)[1]
         assert (site / published).exists(), f"Colab would open {published}, not in the site"
 
 
@@ -450,10 +452,13 @@ def test_lesson_code_links_common_names_to_the_api_page(site, lang):
 @pytest.mark.parametrize("lang", LANGUAGES)
 def test_api_page_lists_the_lessons_that_use_each_function(site, lang):
     entries = api_entries(site, lang)
-    for module in course_conf.API_MODULES:
-        assert f'id="module-{module}"' in (site / lang / "api.html").read_text("utf-8"), module
+    page = (site / lang / "api.html").read_text("utf-8")
+    for module in api_modules():  # every module of common/, those the lessons import among them
+        assert f'id="module-{module}"' in page, f"the API page has no section for {module}"
+    assert "Define the computation performed at every call" not in page, "nn.Module's docstring"
+    assert "<img" not in page.split('<article class="bd-article">', 1)[1], "the page lists titles"
     for name in ("common.viz.draw", "common.models.get_model", "common.pt2e.calibrate"):
-        listed = set(re.findall(r'href="(lessons/[^"#]+\.html)"', entries[name]))
+        listed = set(re.findall(r'href="(lessons/[^"#]+\.html)[#"]', entries[name]))
         expected = lessons_calling(lang, name.rsplit(".", 1)[1])
         assert expected, f"no {lang} lesson calls {name}: pick another example for this test"
         assert listed == expected, f"{lang} API page, {name}: lists {listed}, not {expected}"

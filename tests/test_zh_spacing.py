@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 from lesson_scripts import ROOT
-from zh_spacing import CJK, FULL_WIDTH_PUNCTUATION, tidy
 
 from common.charts import CJK_CHARACTERS
+
+from zh_spacing import CJK, FULL_WIDTH_PUNCTUATION, tidy
 
 # Where an inline element (em, strong, a link, ...) starts or ends inside a block of text.
 BOUNDARY = "\x00"

@@ -2,12 +2,13 @@
 
 - ``aoti``: AOTInductor packages compiled once, cached by what made them; the kernels they call.
 - ``charts``: the course's look for charts and printed tables (CJK fonts, display widths).
+- ``coverage``: what a PT2E quantizer leaves in float, op by op, and why.
 - ``cpu``: what this CPU gives int8 kernels (ISA, VNNI, AMX), and a step run under another ISA.
 - ``data``: the digits data in fixed splits, the CNN and ViT trained on them, ``accuracy``.
 - ``edge``: ExecuTorch: ``CoursePartitioner`` written by hand, ``to_executorch``, ``delegated``.
 - ``expect``: ``expect_error``, an expected error shown as its type and first line.
 - ``handmade``: ``prepare`` and ``convert`` written by hand, bit-exact with torchao's.
-- ``kernels``: ``kernels_run``, the compute kernels a model really ran, from ``torch.profiler``.
+- ``kernels``: ``kernels_run`` and ``time_by_kind``: the compute kernels a model really ran.
 - ``lowering``: x86 lowering written by hand (``lower``), bit-exact with torchao's.
 - ``models``: the model zoo, ``get_model`` and ``example_inputs``.
 - ``numerics``: quantization error: every node's output (``record``), ``sqnr``, BatchNorm folded.

@@ -160,6 +160,35 @@ class CourseMap(_GeneratedContent):
         return self.parse("\n".join(out), lists_lessons=True)
 
 
+def speedup(ratio: float, spreads: list, load: float, text: dict) -> str:
+    """A speed-up with the spreads of the two timings behind it and the load they ran under."""
+    spread = text["spread_sep"].join(f"{s:.0%}" for s in spreads)
+    return text["speedup"].format(ratio=ratio, spread=spread, load=load)
+
+
+def ties_within_noise(figures: dict) -> list[tuple[str, str]]:
+    """Pairs of speed-ups too close to rank: their gap is within the timings' spreads.
+
+    A spread is the p10–p90 width over the median, so each timing is known to about half of
+    it; a ratio of two timings to about the sum of those halves. Two ratios whose relative gap
+    is inside both ratios' uncertainties are a tie, not a ranking.
+
+    >>> ties_within_noise({"A": (2.0, [0.1, 0.1], 1.0), "B": (2.1, [0.1, 0.1], 1.0)})
+    [('A', 'B')]
+    >>> ties_within_noise({"A": (2.0, [0.02, 0.02], 1.0), "B": (3.0, [0.02, 0.02], 1.0)})
+    []
+    """
+    names = list(figures)
+    ties = []
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            (ra, sa, _), (rb, sb, _) = figures[a], figures[b]
+            gap = abs(ra - rb) / ((ra + rb) / 2)
+            if gap <= sum(sa) / 2 + sum(sb) / 2:
+                ties.append((a, b))
+    return ties
+
+
 class CourseResults(_GeneratedContent):
     """``{course-results}`` (the landing page): the course's headline figures as the lessons
     of this build measured them, from the files they published (common.results), in a table
@@ -172,7 +201,11 @@ class CourseResults(_GeneratedContent):
             "int8_path",
             "timing_threads",
             "int8_speedup_compiled",
+            "compiled_spreads",
+            "compiled_load",
             "int8_speedup_eager",
+            "eager_spreads",
+            "eager_loads",
             "size_ratio",
         ),
         "M04-1": ("test_images", "fp32_accuracy", "int8_accuracy"),
@@ -200,12 +233,24 @@ class CourseResults(_GeneratedContent):
         speed, qat = self.figures("M03-3"), self.figures("M04-3")
         accuracy, handmade = self.figures("M04-1"), self.figures("M02-3")
         native = speed["int8_path"]
-        paths = " · ".join(f"{p} {v:.2f}×" for p, v in speed["int8_speedup_eager"].items())
+        eager = {
+            path: (ratio, speed["eager_spreads"][path], speed["eager_loads"][path])
+            for path, ratio in speed["int8_speedup_eager"].items()
+        }
+        paths = " · ".join(f"{path} {speedup(*figure, text)}" for path, figure in eager.items())
+        ties = [f"{a} ≈ {b}" for a, b in ties_within_noise(eager)]
+        if ties:
+            paths += text["within_noise"].format(pairs=", ".join(ties))
+        compiled = (
+            speed["int8_speedup_compiled"],
+            speed["compiled_spreads"],
+            speed["compiled_load"],
+        )
         qat_figures = (qat[k] for k in ("fp32_accuracy", "ptq_accuracy", "qat_accuracy"))
         rows = [
             (
                 text["result_compiled"].format(path=native),
-                f"{speed['int8_speedup_compiled']:.2f}×",
+                speedup(*compiled, text),
                 "M03-3",
             ),
             (text["result_eager"], paths, "M03-3"),

@@ -15,8 +15,11 @@ __all__ = ["reset", "scraper"]
 
 def reset(gallery_conf, fname) -> None:
     """``reset_modules`` hook, run before each lesson: quiet the stack, collect its pictures,
-    send the figures it publishes to its own file (common.results), and once torchao is
-    loaded, export its pattern graphs once for the whole build (docs/pattern_graphs.py).
+    send the figures it publishes to its own file (common.results), keep its timings for the
+    other language's build (common.timing.measured_once), start it with inductor's default
+    freezing (``common.timing.race`` sets freezing for its process, and every lesson of a
+    language runs in one process), and once torchao is loaded, export its pattern graphs once
+    for the whole build (docs/pattern_graphs.py).
 
     Args:
         gallery_conf: sphinx-gallery's configuration; its ``src_dir`` is the language's docs
@@ -25,11 +28,15 @@ def reset(gallery_conf, fname) -> None:
     """
     from common.pt2e import quiet
     from common.results import results_target
+    from common.timing import measured_once
     from common.viz import collected_pictures
 
-    from course_sources import results_folder
+    from course_sources import MEASURED_ONCE, results_folder
 
     quiet()
+    measured_once.folder = MEASURED_ONCE
+    if "torch._inductor.config" in sys.modules:
+        sys.modules["torch._inductor.config"].freezing = False
     if "torchao.quantization.pt2e.utils" in sys.modules:
         from pattern_graphs import export_once
 

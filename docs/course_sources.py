@@ -10,6 +10,7 @@ from pathlib import Path
 from course_conf import ROOT, module_folders
 
 __all__ = [
+    "MEASURED_ONCE",
     "is_lesson_page",
     "lesson_label",
     "lesson_number",
@@ -62,3 +63,8 @@ def is_lesson_page(pagename: str) -> bool:
 def results_folder(lang: str) -> Path:
     """Where the lessons of one language publish their figures while the site is built."""
     return ROOT / "build" / "results" / lang
+
+
+#: Where timings are kept while the site is built, shared by both languages' builds
+#: (common.timing.measured_once): keyed by what was timed, so both pages show one measurement.
+MEASURED_ONCE = ROOT / "build" / "cache" / "measured"

@@ -37,6 +37,7 @@ def reset(gallery_conf, fname) -> None:
     measured_once.folder = MEASURED_ONCE
     if "torch._inductor.config" in sys.modules:
         sys.modules["torch._inductor.config"].freezing = False
+    _forget_earlier_main()
     if "torchao.quantization.pt2e.utils" in sys.modules:
         from pattern_graphs import export_once
 
@@ -45,6 +46,30 @@ def reset(gallery_conf, fname) -> None:
     collected_pictures.pictures.clear()
     lang = Path(gallery_conf["src_dir"]).name
     results_target.start(results_folder(lang), Path(fname).stem)
+
+
+def _forget_earlier_main() -> None:
+    """Let dynamo find this lesson's ``__main__``, not the first one it met in the process.
+
+    sphinx-gallery runs each lesson in a ``__main__`` module of its own. Dynamo (torch 2.13)
+    imports ``__main__`` once per process (``torch._dynamo.symbolic_convert._import_module``
+    is a ``functools.cache``) and keeps it as ``__import___main__`` in the globals of the frame
+    it compiles (``torch._dynamo.functional_export`` for a strict export). A later lesson's
+    strict export of a class it defines then looks up its globals in an earlier lesson's
+    module: ``AttributeError: module '__main__' has no attribute 'F'`` (m99_1 after M07-1). A
+    reader runs one lesson per process and never meets it; no upstream issue was found as of
+    torch 2.13.0. Both private names are checked before use, so a torch that renames them
+    gets no patch and fails loudly in the lesson instead.
+    """
+    convert = sys.modules.get("torch._dynamo.symbolic_convert")
+    cached = getattr(convert, "_import_module", None)
+    if cached is None or not hasattr(cached, "cache_clear"):
+        return
+    cached.cache_clear()
+    for module in list(sys.modules.values()):
+        namespace = getattr(module, "__dict__", None)
+        if isinstance(namespace, dict) and "__import___main__" in namespace:
+            del namespace["__import___main__"]
 
 
 def inline_html(svg: str, alt: str) -> str:

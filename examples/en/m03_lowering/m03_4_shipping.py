@@ -198,7 +198,8 @@ print(timing.header())
 #   with freezing after loading.
 # - ``aoti_compile_and_package`` compiles once, ahead of time, into a package of machine code
 #   for one input shape, one PyTorch and one CPU; the int8 kernels are in its C++.
-# - Serve with one process per core and one thread each, unless one request must use them all.
+# - Serve with one process per core and one thread each, unless one request must use them all
+#   (PyTorch's note on CPU threading, below; this page times one request, not throughput).
 #
 # Exercises
 # ---------
@@ -272,6 +273,9 @@ print(timing.header())
 # - `AOTInductor: ahead-of-time compilation for torch.export-ed models
 #   <https://docs.pytorch.org/docs/stable/torch.compiler_aot_inductor.html>`_
 # - `torch.export.save and load <https://docs.pytorch.org/docs/stable/export.html#serialization>`_
+# - `CPU threading and TorchScript inference
+#   <https://docs.pytorch.org/docs/stable/notes/cpu_threading_torchscript_inference.html>`_ —
+#   intra-op threads, and several processes for throughput
 #
 # Next
 # ----

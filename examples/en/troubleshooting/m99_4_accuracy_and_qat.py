@@ -223,3 +223,9 @@ if describe().vnni:
 
 assert avx2["result"]["7-bit (reduce_range)"] < 0.01, "7 bits: rounding only, under AVX2"
 assert here["result"]["7-bit (reduce_range)"] < 0.01, "7 bits: rounding only, on this CPU"
+
+# %%
+# Next
+# ----
+# :ref:`Troubleshooting: ExecuTorch and XNNPACK
+# <sphx_glr_lessons_troubleshooting_m99_5_executorch_and_xnnpack.py>`.

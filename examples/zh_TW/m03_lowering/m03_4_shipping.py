@@ -187,7 +187,8 @@ print(timing.header())
 #   freezing 編譯。
 # - ``aoti_compile_and_package`` 事先編譯一次，產生一個機器碼套件，只適用於一種輸入形狀、
 #   一個 PyTorch 版本與一種 CPU；int8 運算就在它的 C++ 裡。
-# - 提供服務時每個核心一個行程、每個行程一個執行緒，除非單一請求必須用上所有核心。
+# - 提供服務時每個核心一個行程、每個行程一個執行緒，除非單一請求必須用上所有核心（見下方
+#   PyTorch 關於 CPU 執行緒的說明；本頁量的是單一請求，不是吞吐量）。
 #
 # 練習
 # ----
@@ -259,6 +260,9 @@ print(timing.header())
 # - `AOTInductor: ahead-of-time compilation for torch.export-ed models
 #   <https://docs.pytorch.org/docs/stable/torch.compiler_aot_inductor.html>`_
 # - `torch.export.save and load <https://docs.pytorch.org/docs/stable/export.html#serialization>`_
+# - `CPU threading and TorchScript inference
+#   <https://docs.pytorch.org/docs/stable/notes/cpu_threading_torchscript_inference.html>`_ ——
+#   intra-op 執行緒，以及用多個行程提高吞吐量
 #
 # 下一課
 # ------

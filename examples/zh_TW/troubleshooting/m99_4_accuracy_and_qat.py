@@ -219,3 +219,9 @@ if describe().vnni:
 
 assert avx2["result"]["7-bit (reduce_range)"] < 0.01, "7 位元：在 AVX2 下只差在捨入"
 assert here["result"]["7-bit (reduce_range)"] < 0.01, "7 位元：在這顆 CPU 上只差在捨入"
+
+# %%
+# 下一頁
+# ------
+# :ref:`疑難排解：ExecuTorch 與 XNNPACK
+# <sphx_glr_lessons_troubleshooting_m99_5_executorch_and_xnnpack.py>`。

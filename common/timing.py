@@ -193,10 +193,9 @@ def timing_key(models: dict, args: tuple, *settings) -> str | None:
     one hides what it was compiled with).
     """
     digest = hashlib.sha256()
-    for label, model in models.items():
+    for model in models.values():  # not the labels: each language names the models its way
         if not isinstance(model, torch.nn.Module) or hasattr(model, "_orig_mod"):
             return None
-        digest.update(label.encode())
         _digest_module(digest, model)
     shapes = [(tuple(a.shape), str(a.dtype)) for a in args if isinstance(a, torch.Tensor)]
     cpu = describe()
@@ -206,10 +205,15 @@ def timing_key(models: dict, args: tuple, *settings) -> str | None:
     return digest.hexdigest()[:20]
 
 
-def _cached(key: str | None, measure: Callable[[], "Timings"]) -> "Timings":
+def _cached(key: str | None, labels: list, measure: Callable[[], "Timings"]) -> "Timings":
     """``measure()``, or the figures a build of the other language measured for ``key``."""
-    found = measured_once.reuse(key, lambda: asdict(measure()))
-    times = {label: Timing(**t) for label, t in found["times"].items()}
+
+    def measured() -> dict:
+        found = asdict(measure())
+        return {**found, "times": list(found["times"].values())}  # in order, without labels
+
+    found = measured_once.reuse(key, measured)
+    times = {label: Timing(**t) for label, t in zip(labels, found["times"], strict=True)}
     return Timings(
         times=times, threads=found["threads"], load=tuple(found["load"]), cpu=found["cpu"]
     )
@@ -265,7 +269,7 @@ def compare_speed(
         key = timing_key(models, args, "eager", rounds, warmup, count)
     else:
         key = timing_key({}, args, key, rounds, warmup, count)
-    return _cached(key, lambda: _measure(models, args, rounds, warmup, count))
+    return _cached(key, list(models), lambda: _measure(models, args, rounds, warmup, count))
 
 
 def _measure(models: dict, args: tuple, rounds: int, warmup: int, count: int) -> Timings:
@@ -382,13 +386,13 @@ def race(
             compiled[label](*args)  # the first call compiles
         before = {label: kernels_run(fast, args) for label, fast in compiled.items()}
         extra = dict(also or {})
-        readable = {label: timing_key({label: m}, args) for label, m in extra.items()}
+        readable = [timing_key({label: m}, args) for label, m in extra.items()]
         key = None  # a callable that timing_key cannot read, and no also_key: measure it
-        if also_key is not None or all(readable.values()):
+        if also_key is not None or all(readable):
             settings = ("compiled", freezing, rounds, warmup, count, also_key, readable)
             key = timing_key(models, args, *settings)
         timed = {**compiled, **extra}
-        timings = _cached(key, lambda: _measure(timed, args, rounds, warmup, count))
+        timings = _cached(key, list(timed), lambda: _measure(timed, args, rounds, warmup, count))
         after = {label: kernels_run(fast, args) for label, fast in compiled.items()}
     for label in compiled:
         if before[label] != after[label]:

@@ -212,7 +212,7 @@ def _cached(key: str | None, labels: list, measure: Callable[[], "Timings"]) -> 
         found = asdict(measure())
         return {**found, "times": list(found["times"].values())}  # in order, without labels
 
-    found = measured_once.reuse(key, measured)
+    found = measured_once.reuse(key and f"timings2-{key}", measured)  # 2: times as a list
     times = {label: Timing(**t) for label, t in zip(labels, found["times"], strict=True)}
     return Timings(
         times=times, threads=found["threads"], load=tuple(found["load"]), cpu=found["cpu"]

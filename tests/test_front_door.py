@@ -36,7 +36,11 @@ FIGURES = {
         "int8_path": "AVX2",
         "timing_threads": 1,
         "int8_speedup_compiled": 2.5,
+        "compiled_spreads": [0.1, 0.2],
+        "compiled_load": 1.5,
         "int8_speedup_eager": {"AVX2": 1.25},
+        "eager_spreads": {"AVX2": [0.05, 0.08]},
+        "eager_loads": {"AVX2": 1.4},
         "size_ratio": 0.27,
     },
     "m04_fixture/m04_1_accuracy.py": {

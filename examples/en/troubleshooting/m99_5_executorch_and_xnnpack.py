@@ -276,7 +276,7 @@ while len(codes) < 12 and not any(codes):  # until a run dies
 code = codes[-1]
 name = signal.Signals(-code).name if code < 0 else "no signal"
 print(f"run {len(codes)}: return code {code} ({name})")
-assert code in (-signal.SIGSEGV, -signal.SIGABRT), "killed by a signal"
+assert code != 0, "the process died"  # usually -11 (SIGSEGV): it depends on the freed memory
 
 # %%
 # **Cause**: a ``Method`` does not keep its ``Program`` alive. Nothing holds the ``Program``

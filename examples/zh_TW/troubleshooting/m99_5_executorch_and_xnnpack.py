@@ -264,7 +264,7 @@ while len(codes) < 12 and not any(codes):  # 直到有一次結束在訊號上
 code = codes[-1]
 name = signal.Signals(-code).name if code < 0 else "沒有訊號"
 print(f"第 {len(codes)} 次執行：回傳碼 {code}（{name}）")
-assert code in (-signal.SIGSEGV, -signal.SIGABRT), "被訊號結束"
+assert code != 0, "行程死掉了"  # 通常是 -11（SIGSEGV）；取決於已釋放的記憶體裡剩下什麼
 
 # %%
 # **原因**： ``Method`` 不會讓它的 ``Program`` 保持存活。沒有任何變數持有

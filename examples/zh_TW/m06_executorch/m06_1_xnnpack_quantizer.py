@@ -6,12 +6,12 @@ PT2E 最早是為 ExecuTorch 打造的，大多數 PT2E 範例用的 quantizer �
 ``XNNPACKQuantizer`` ，而不是本課程到目前為止用的 x86 quantizer。兩者在同一張匯出的圖上寫
 annotation，但服務的是不同的核心程式：XNNPACK 在手機上以 int8 執行整個運算，所以除了輸入也
 量化輸出、活化值用有號的 int8，並讓 pool 與 reshape 沿用同一組 scale；x86 Inductor 在 CPU
-上做融合，留在浮點數的部分比較多。本課用兩者標注同一個模型，從圖上讀出差異，再確認課程自己的
+上做融合，留在浮點數的部分比較多。本課用兩者標註同一個模型，從圖上讀出差異，再確認課程自己的
 ``handmade.prepare/convert`` 在 ``XNNPACKQuantizer`` 之下得到的結果逐位元相同。
 
 **你會學到**
 
-- 兩個 quantizer 各自標注哪些 node，用的是哪種 dtype、範圍與量化方式
+- 兩個 quantizer 各自標註哪些 node，用的是哪種 dtype、範圍與量化方式
 - XNNPACK 在哪裡讓運算的輸入與輸出共用一組 scale，以及它的動態設定量化了什麼
 - prepare／convert 沒有任何後端專屬的部分：handmade 的 pass 得到相同的位元
 
@@ -87,7 +87,7 @@ def xnnpack_quantizer(**options):
 
 
 # %%
-# ``annotated`` 匯出這個區塊，讓 quantizer 標注它（先執行 ``transform_for_annotation`` ，
+# ``annotated`` 匯出這個區塊，讓 quantizer 標註它（先執行 ``transform_for_annotation`` ，
 # 和 ``prepare_pt2e`` 的做法一樣），再回傳這張圖； ``describe_spec`` 把一個規格寫成
 # ``int8[-128,127] affine`` 這樣的形式。
 
@@ -121,7 +121,7 @@ def annotations(gm) -> dict:
 
 
 # %%
-# 步驟 1 — 標注同一張圖兩次
+# 步驟 1 — 標註同一張圖兩次
 # -------------------------
 # 圖中每個運算一列：每個 quantizer 在它的輸入（先是活化值輸入，再來是 weight）與輸出上寫了
 # 什麼。
@@ -144,7 +144,7 @@ for name in ops:
     print(f"{name:20} x86      {row(x86, name)}\n{'':20} XNNPACK  {row(xnn, name)}")
 
 # %%
-# 有三個明顯的差異。XNNPACK 會標注 **輸出** ：conv + relu 這一對的結果是 int8 張量，因為
+# 有三個明顯的差異。XNNPACK 會標註 **輸出** ：conv + relu 這一對的結果是 int8 張量，因為
 # XNNPACK 從頭到尾以整數執行融合後的運算；x86 quantizer 只量化下一個 int8 核心程式要讀的
 # 東西。XNNPACK 的 **活化值是有號的** ，int8，範圍 [-128, 127]；x86 用的是 uint8，範圍
 # [0, 255]（它的 oneDNN 核心程式做 uint8 乘 int8）；兩者都是仿射量化，有 zero point。

@@ -273,7 +273,7 @@ with expect_error(TypeError, match="expects an ExportedProgram, got a GraphModul
 #          (names,) = delegated(kept_lowered).values()
 #          assert "aten_view_copy_default" in names, "在 edge dialect 裡 flatten 是 view_copy"
 #
-# 2. 讓 linear 留在浮點數： ``set_filter_function`` 告訴 ``XNNPACKQuantizer`` 要標注哪些
+# 2. 讓 linear 留在浮點數： ``set_filter_function`` 告訴 ``XNNPACKQuantizer`` 要標註哪些
 #    node。預測兩個 partitioner 各自怎麼處理浮點數的 linear。
 #
 #    .. dropdown:: 解答

@@ -45,13 +45,13 @@ from torch.fx.passes.utils.source_matcher_utils import get_source_partitions
 
 from common.cpu import describe
 from common.data import digits, export_digits_model
+from common.kernels import kernels_run
 from common.models import DigitsViT, SelfAttention, get_model
 from common.pt2e import export_module, quiet, x86_quantizer
 from common.viz import draw
 
 quiet()
 
-from torch._dynamo.utils import counters
 from torchao.quantization.pt2e.lowering import lower_pt2e_quantized_to_x86
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer
@@ -273,15 +273,17 @@ assert all(a.args[1].args[0].target == qd.dequantize_per_tensor.default for a in
 
 with torch.no_grad():
     simulated_out = sdpa_block(*tokens)
-torch._dynamo.reset()
-counters.clear()
-with torch._inductor.config.patch(freezing=True, compile_threads=1), torch.no_grad():
+torch._inductor.config.freezing = True  # for the process: a recompile keeps it (m99_3)
+with torch._inductor.config.patch(compile_threads=1), torch.no_grad():
     with warnings.catch_warnings():  # inductor's own "To copy construct from a tensor" warning
         warnings.filterwarnings("ignore", message="To copy construct from a tensor")
-        compiled_out = torch.compile(sdpa_block)(*tokens)
-inductor = counters["inductor"]
-print({k: v for k, v in inductor.items() if k.endswith(("prepack_matcher_count", "lower_count"))})
-assert inductor["qlinear_weight_prepack_matcher_count"] == 6, "q, k, v, out, fc1, fc2"
+        compiled_block = torch.compile(sdpa_block, dynamic=False)
+        compiled_out = compiled_block(
+            *tokens
+        ).clone()  # a second call returns the same storage: keep a copy
+    ran = kernels_run(compiled_block, tokens)
+print(ran.summary)
+assert sum(ran.int8.values()) == 6 and not ran.float, "q, k, v, out, fc1, fc2"
 
 # %%
 # The compiled block runs real int8 kernels. With VNNI its output agrees with the simulated
@@ -389,13 +391,14 @@ assert torch.equal(mine(*x), lowered(*x)), "equal outputs"
 #
 #       .. code-block:: python
 #
-#          torch._dynamo.reset()
-#          counters.clear()
-#          with torch._inductor.config.patch(freezing=True, compile_threads=1):
-#              with torch.no_grad(), warnings.catch_warnings():
+#          with torch._inductor.config.patch(compile_threads=1), torch.no_grad():
+#              with warnings.catch_warnings():
 #                  warnings.filterwarnings("ignore", message="To copy construct")
-#                  torch.compile(mha_block)(*tokens)
-#          assert counters["inductor"]["qlinear_weight_prepack_matcher_count"] == 2, "fc1, fc2"
+#                  compiled_mha = torch.compile(mha_block, dynamic=False)
+#                  compiled_mha(*tokens)
+#              ran = kernels_run(compiled_mha, tokens)
+#          print(ran.summary)
+#          assert sum(ran.int8.values()) == 2, "fc1, fc2"
 #
 # Further reading
 # ---------------

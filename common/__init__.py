@@ -10,6 +10,7 @@
 - ``handmade``: ``prepare`` and ``convert`` written by hand, bit-exact with torchao's.
 - ``kernels``: ``kernels_run`` and ``time_by_kind``: the compute kernels a model really ran.
 - ``lowering``: x86 lowering written by hand (``lower``), bit-exact with torchao's.
+- ``migration``: the migration map torch.ao → torchao → ExecuTorch, a row per API; ``attempt``.
 - ``models``: the model zoo, ``get_model`` and ``example_inputs``.
 - ``numerics``: quantization error: every node's output (``record``), ``sqnr``, BatchNorm folded.
 - ``pt2e``: export, calibration, the x86 quantizer, frozen constants, quieter logs.

@@ -37,6 +37,7 @@ API_ORDER = (
     "common.coverage",
     "common.charts",
     "common.results",
+    "common.migration",
 )
 
 

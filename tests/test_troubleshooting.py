@@ -18,8 +18,8 @@ from sphinx.search.zh import SearchChinese
 from languages import LANGUAGES
 
 FOLDER = "troubleshooting"
-# Section headings of a page that are not entries.
-NOT_ENTRIES = {"Setup", "Next", "準備", "下一頁"}
+# Section headings of a page that are not entries (the migration map's table: "The map").
+NOT_ENTRIES = {"Setup", "Next", "The map", "準備", "下一頁", "對照表"}
 # A heading that is an error message starts with the exception's (or warning's) name.
 MESSAGE = re.compile(r"^(?P<type>[A-Z]\w*(?:Error|Warning|Exception)): (?P<text>.+)$")
 # Messages the search must find, in both languages (the headings of four entries).
@@ -63,9 +63,9 @@ def test_entries_are_found(tmp_path):
 
 
 @pytest.mark.parametrize("lang", LANGUAGES)
-def test_there_are_at_least_15_entries_on_3_to_5_pages(lang):
+def test_there_are_at_least_15_entries_on_3_to_6_pages(lang):
     found = [heading for page in pages(lang) for heading, _ in entries(EXAMPLES / lang / page)]
-    assert 3 <= len(pages(lang)) <= 5, f"{len(pages(lang))} troubleshooting pages"
+    assert 3 <= len(pages(lang)) <= 6, f"{len(pages(lang))} troubleshooting pages"
     assert len(found) >= 15, f"examples/{lang}/{FOLDER} has {len(found)} entries: {found}"
     assert len(set(found)) == len(found), "two entries share a heading"
 

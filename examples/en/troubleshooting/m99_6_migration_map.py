@@ -142,7 +142,7 @@ assert quantize_nodes(converted) > 0, "torchao's prepare and convert quantize"
 
 # %%
 # QuantizationSpec, QuantizationAnnotation and Quantizer
-# -----------------------------------------------------
+# ------------------------------------------------------
 # A quantizer written for ``torch.ao`` (M02-4's kind) imports its building blocks from
 # ``torch.ao.quantization.quantizer``, gone:
 
@@ -403,8 +403,8 @@ assert quantize_nodes(convert_pt2e(openvino_prepared)) > 0, "it quantizes"
 # -------------------------------------------------------------------------------------
 # Eager mode (``quantize_dynamic``) and FX graph mode (``prepare_fx``, ``convert_fx``) are
 # still in torch 2.13, and still import; calling them warns, with a release number already
-# past. The warning goes on: eager users should move to torchao's ``quantize_``, FX users to
-# PT2E.
+# past (the FX functions carry the same warning, in their ``__deprecated__``). The warning
+# goes on: eager users should move to torchao's ``quantize_``, FX users to PT2E.
 
 names, _ = attempt(move("quantize_dynamic (eager mode)").old)
 torch.manual_seed(0)
@@ -416,11 +416,17 @@ deprecations = {str(w.message).splitlines()[0].strip() for w in caught}
 print(deprecations & {"torch.ao.quantization is deprecated and will be removed in 2.10."})
 assert "torch.ao.quantization is deprecated and will be removed in 2.10." in deprecations
 assert torch.__version__ >= "2.10", "torch 2.13: past the release named for the removal"
+fx, _ = attempt(move("prepare_fx, convert_fx (FX graph mode)").old)
+assert all(
+    fx[name].__deprecated__.startswith("torch.ao.quantization is deprecated")
+    for name in ("prepare_fx", "convert_fx")
+), "FX graph mode: the same warning"
 
 # %%
 # **Fix**: in eager mode, ``quantize_`` with a torchao config swaps each linear's weight for
 # an int8 tensor; for a graph, the PT2E flow of this course. Which to choose, measured:
-# :ref:`M05-4 · PT2E or quantize_? <sphx_glr_lessons_m05_transformers_m05_4_pt2e_or_quantize.py>`.
+# :ref:`M05-4 · PT2E or quantize_()?
+# <sphx_glr_lessons_m05_transformers_m05_4_pt2e_or_quantize.py>`.
 
 from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
 
@@ -436,4 +442,5 @@ torch.testing.assert_close(eager(tokens), mlp(tokens), atol=0.05, rtol=0)  # int
 # ----
 # Back to the :ref:`first troubleshooting page
 # <sphx_glr_lessons_troubleshooting_m99_1_imports_and_export.py>`, or on to
-# :ref:`M05-4 · PT2E or quantize_? <sphx_glr_lessons_m05_transformers_m05_4_pt2e_or_quantize.py>`.
+# :ref:`M05-4 · PT2E or quantize_()?
+# <sphx_glr_lessons_m05_transformers_m05_4_pt2e_or_quantize.py>`.

@@ -5,7 +5,7 @@ M05-2 靜態與動態 int8
 靜態量化（靜態 int8）在校準時就固定每個活化值的 scale；**動態** int8 則對每個批次，從批次本身重新
 計算。設定 ``is_dynamic=True`` 時，x86 quantizer 把這個計算寫進圖裡：每個被量化的輸入前面
 都有一個 ``choose_qparams`` node。本課讀懂這些 node，看 scale 隨批次改變，檢查動態模型
-的校準還在做什麼（torchao 的文件說仍然需要校準：確實需要，為了 weight），並在訓練好的 ViT
+的校準還在做什麼（torchao 的文件說仍需校準；確實如此，是為了 weight），並在訓練好的 ViT
 上量測兩種配方：準確度、數值除錯器逐個 node 的 SQNR，以及比任何校準影像都亮的輸入。課程的
 ``handmade.prepare`` ／ ``convert`` 在動態設定下也與 torchao 的逐位元相同。
 
@@ -28,7 +28,7 @@ M05-2 靜態與動態 int8
 # ----
 # ``train_digits_vit`` 在手寫數字的訓練集上，以可重現的方式訓練 M05-1 的 ViT（q／k／v
 # linear 加 SDPA），並把 weight 存在 ``build/cache/`` 。模型以動態批次大小匯出一次，並為
-# 數值除錯器做好標記（M04-1）；下面每個量化模型都從這次匯出的複本開始。
+# 數值除錯器做好標記（M04-1）；下面每個量化模型都從這次匯出的副本開始。
 
 import copy
 import warnings
@@ -36,6 +36,7 @@ from collections import Counter
 
 import torch
 
+from common.charts import pad
 from common.data import accuracy, digits, train_digits_vit
 from common.expect import expect_error
 from common.numerics import sqnr
@@ -67,10 +68,12 @@ program = torch.export.export(model, (test_images[:2],), dynamic_shapes=({0: bat
 generate_numeric_debug_handle(program)
 marked = program.module()
 qd = torch.ops.quantized_decomposed
+# 印出的文字怎麼稱呼這三個模型（程式碼以鍵稱呼它們）。
+LABELS = {"fp32": "fp32", "static": "int8 靜態", "dynamic": "int8 動態"}
 
 # %%
-# 輔助工具： ``dynamic_x86`` 是設定 ``is_dynamic=True`` 的 x86 quantizer； ``quantize``
-# 對匯出結果的新複本執行 prepare，送進一批校準影像（除非另外指定），再 convert；
+# 輔助函式： ``dynamic_x86`` 是設定 ``is_dynamic=True`` 的 x86 quantizer； ``quantize``
+# 對匯出結果的新副本執行 prepare，送進一批校準影像（除非另外指定），再 convert；
 # ``qdq_ops`` 計算圖裡量化相關 node 的數量。 ``sqnr`` （來自 ``common.numerics`` ）是 M04-1
 # 的公式。
 
@@ -106,8 +109,8 @@ def qdq_ops(gm) -> dict:
 
 static = quantize(x86_quantizer())
 dynamic = quantize(dynamic_x86())
-print("static: ", qdq_ops(static))
-print("dynamic:", qdq_ops(dynamic))
+print(f"靜態：{qdq_ops(static)}")
+print(f"動態：{qdq_ops(dynamic)}")
 chooses = dynamic.graph.find_nodes(op="call_function", target=qd.choose_qparams.tensor)
 assert len(chooses) == 10, "每個被量化的活化值一個（q、k、v 共用同一個）"
 assert "quantize_per_tensor.default" not in qdq_ops(dynamic), "沒有固定的活化值 scale"
@@ -130,8 +133,8 @@ assert len(chosen) == 4, "q／k／v 的輸入、attention 的輸出、fc1 與 fc
 # %%
 # 步驟 2 — 每個批次一個 scale
 # ----------------------------
-# 記錄第一個 block 的 q／k／v 輸入的 ``choose_qparams`` 回傳什麼（和 M03-1 一樣用
-# ``torch.fx.Interpreter`` ）：一張影像和整個測試集，得到兩個不同的 scale。靜態模型對同一個
+# 記下第一個 block 裡、q／k／v 輸入前那個 ``choose_qparams`` 回傳的 scale（和 M03-1 一樣用
+# ``torch.fx.Interpreter`` ）：送進一張影像和整個測試集，得到兩個不同的 scale。靜態模型對同一個
 # 張量的 scale 則是圖裡的一個數字，不論批次為何。
 
 
@@ -159,8 +162,8 @@ assert isinstance(fixed.args[1], float), "靜態圖裡的常數"
 # %%
 # 步驟 3 — 校準還在做什麼
 # ------------------------
-# torchao 的文件說動態模型也要校準（pytorch/ao#4307，"Calibration is a must for both
-# static and dynamic quantization"）。prepare 後的模型說明了原因：活化值上掛的是什麼都不記錄
+# torchao 的文件說動態模型也要校準（pytorch/ao#4307：「Calibration is a must for both
+# static and dynamic quantization」）。prepare 後的模型說明了原因：活化值上掛的是什麼都不記錄
 # 的 ``PlaceholderObserver`` ，但每個 weight 仍然有 ``PerChannelMinMaxObserver`` ，而 PT2E
 # 的 weight observer 只有在模型執行時才看得到它的 weight。不執行就 convert，每個 weight 都
 # 拿到預設的 scale：torchao 發出警告，模型辨識數字的能力不比亂猜好。
@@ -195,18 +198,18 @@ print("用雜訊校準 == 用手寫數字校準")
 
 scores = {
     "fp32": accuracy(model),
-    "int8 static": accuracy(static),
-    "int8 dynamic": accuracy(dynamic),
+    "static": accuracy(static),
+    "dynamic": accuracy(dynamic),
 }
-for label, score in scores.items():
-    print(f"{label:13} {score:.1%}")
+for key, score in scores.items():
+    print(f"{pad(LABELS[key], 13)} {score:.1%}")
 assert min(scores.values()) > scores["fp32"] - 0.03, "int8 最多只多錯幾張測試影像"
 
 # %%
 # 步驟 5 — 用數值除錯器逐個 node 比較
 # ------------------------------------
 # M04-1 的除錯器比較浮點圖與 int8 圖的每一個 node。在批次大小是動態的圖上，它會遇到一個輸出
-# 不是張量的 node—— ``sym_size`` ，也就是批次大小——而 ``compare_results`` 以 ``ValueError``
+# 不是張量的 node（ ``sym_size`` ，也就是批次大小），而 ``compare_results`` 以 ``ValueError``
 # 拒絕它；只保留張量即可。
 
 float_logged = prepare_for_propagation_comparison(marked)
@@ -242,8 +245,8 @@ for label, m in logged.items():
 linear_names = [name for name in per_node["static"] if name.startswith("linear")]
 for name in linear_names:
     print(
-        f"{name:10} static {per_node['static'][name]:6.2f} dB",
-        f"  dynamic {per_node['dynamic'][name]:6.2f} dB",
+        f"{name:10} 靜態 {per_node['static'][name]:6.2f} dB",
+        f"  動態 {per_node['dynamic'][name]:6.2f} dB",
     )
 gaps = [abs(per_node["static"][n] - per_node["dynamic"][n]) for n in linear_names]
 assert max(gaps) < 2, "在這份資料上，兩種配方一樣準確"
@@ -257,10 +260,10 @@ bright = 2 * test_images[:200]
 with torch.no_grad():
     reference_logits = model(bright)
     shifted = {
-        label: sqnr(reference_logits, m(bright)).item()
-        for label, m in (("static", static), ("dynamic", dynamic))
+        key: sqnr(reference_logits, m(bright)).item()
+        for key, m in (("static", static), ("dynamic", dynamic))
     }
-print({label: f"{value:.1f} dB" for label, value in shifted.items()}, "（影像 ×2）")
+print({LABELS[key]: f"{value:.1f} dB" for key, value in shifted.items()}, "（影像 ×2）")
 assert shifted["dynamic"] > 30 and shifted["static"] < 20, "靜態截斷，動態自行調整"
 
 # %%
@@ -273,11 +276,11 @@ by_hand = quantize(dynamic_x86(), by_hand=True)
 assert by_hand.code == dynamic.code, "相同的圖"
 with torch.no_grad():
     assert torch.equal(by_hand(test_images), dynamic(test_images)), "相同的輸出"
-print("handmade dynamic == torchao dynamic")
+print("handmade 的動態模型 == torchao 的動態模型")
 
 # %%
-# 重點整理
-# --------
+# 小結
+# ----
 # ===================================  ==========================  ================================
 # \                                    靜態 int8                   動態 int8
 # ===================================  ==========================  ================================
@@ -300,8 +303,8 @@ print("handmade dynamic == torchao dynamic")
 #              in_batch = dynamic(test_images)[:20]
 #          assert not torch.equal(alone, in_batch), "每個批次有自己的 scale"
 #
-# 2. 用 ``lower_pt2e_quantized_to_x86`` （M03-1）在 8 張影像的批次上 lowering 動態模型。
-#    預測 lowering 後的圖有幾個 oneDNN int8 運算。
+# 2. 用 ``lower_pt2e_quantized_to_x86`` （M03-1）把動態模型下放到 oneDNN，範例輸入是 8 張
+#    影像的批次。預測下放後的圖有幾個 oneDNN int8 運算。
 #
 #    .. dropdown:: 解答
 #
@@ -315,7 +318,7 @@ print("handmade dynamic == torchao dynamic")
 #
 # 延伸閱讀
 # --------
-# - `PyTorch 2 Export Quantization with X86 Backend through Inductor
+# - `透過 Inductor 使用 x86 後端的 PT2E 量化（torchao）
 #   <https://docs.pytorch.org/ao/stable/tutorials_source/pt2e_quant_x86_inductor.html>`_
 #   （動態量化是其中一種配方）
 # - `pytorch/ao#4307：靜態與動態量化都必須校準

@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from common.aoti import compiled_package, kernel_calls
-from common.charts import use_course_style
+from common.charts import pad, use_course_style
 from common.cpu import describe, run_under_isa, weaker_paths
 from common.data import accuracy, digits, export_digits_model, train_digits_vit
 from common.models import example_inputs, get_model, input_shape
@@ -327,6 +327,9 @@ else:
 
 encoder = get_model("encoder")
 tokens = example_inputs(4, shape=input_shape("encoder"))
+# How the printed lines and the chart name the three versions (the keys also name the
+# packages, the same in both languages).
+LABELS = {"fp32": "fp32", "int8 static": "int8 static", "int8 dynamic": "int8 dynamic"}
 
 
 def encoder_int8(is_dynamic):
@@ -360,7 +363,7 @@ def linear_kernels(package) -> dict:
 
 
 for label, package in packages.items():
-    print(f"{label:12}", linear_kernels(package))
+    print(pad(LABELS[label], 12), linear_kernels(package))
 assert not any(name.startswith("q") for name in linear_kernels(packages["fp32"]))
 for label in ("int8 static", "int8 dynamic"):
     kernels = linear_kernels(packages[label])
@@ -377,7 +380,7 @@ for label in ("int8 static", "int8 dynamic"):
 # activation's scale at run time. The lines below the chart say which was fastest on each
 # path measured here.
 
-runners = {label: torch._inductor.aoti_load_package(str(p)) for label, p in packages.items()}
+runners = {LABELS[k]: torch._inductor.aoti_load_package(str(p)) for k, p in packages.items()}
 key = " ".join(
     path.name for path in packages.values()
 )  # the packages' names hold their keys: the docs build times them once
@@ -385,9 +388,10 @@ timings = compare_speed(runners, tokens, rounds=20, key=key)
 print(timings.table())
 paths = {cpu.onednn: timings.times}
 
+# The subprocess's code; importing quantize_pt2e registers the int8 ops the programs call.
 AVX2_STEP = """
 import torch
-import torchao.quantization.pt2e.quantize_pt2e  # registers the int8 ops the programs call
+import torchao.quantization.pt2e.quantize_pt2e
 from common.aoti import compiled_package
 from common.timing import compare_speed
 
@@ -410,11 +414,11 @@ if "AVX2" in weaker_paths():
         # temporary paths: key the step by what it times, the packages
         other = run_under_isa("AVX2", f"SAVED = {saved!r}\n{AVX2_STEP}", key=AVX2_STEP + key)
     found = other["result"]
-    paths[other["cpu"]["onednn"]] = {k: Timing(**v) for k, v in found["times"].items()}
+    paths[other["cpu"]["onednn"]] = {LABELS[k]: Timing(**v) for k, v in found["times"].items()}
     print(f"AVX2 subprocess: {other['cpu']['onednn']}, load average {found['load']:.2f}")
 
-labels = list(programs)
-print(f"{'int8 path':18}" + "".join(f"{label:>22}" for label in labels))
+labels = [LABELS[k] for k in programs]
+print(pad("int8 path", 18) + "".join(pad(label, 22, align=">") for label in labels))
 for path, times in paths.items():
     cells = [f"{times[label].median:9.2f} ms ({times[label].spread:4.0%})" for label in labels]
     print(f"{path:18}" + "".join(f"{cell:>22}" for cell in cells))
@@ -445,7 +449,7 @@ fig.tight_layout()
 plt.show()
 for path, times in paths.items():
     fastest = min(labels, key=lambda label: times[label].median)
-    speedup = times["fp32"].median / times[fastest].median
+    speedup = times[LABELS["fp32"]].median / times[fastest].median
     print(f"{path}: fastest {fastest}, {speedup:.2f}× the speed of fp32")
 
 # %%
@@ -472,32 +476,84 @@ for path, times in paths.items():
 #
 # Exercises
 # ---------
-# 1. Leave the whole of ``blocks.0`` in float with ``set_module_name_qconfig``. Predict how
-#    many layers keep int8 weights.
+# 1. Leave the whole of ``blocks.0`` of the planted model in float with
+#    ``set_module_name_qconfig`` (a name covers every submodule under it). Predict how many
+#    layers keep int8 weights; then predict how many dB the five more float layers win on top
+#    of Step 3's ``blocks.0.fc1`` fallback: more or less than ``fc1`` alone gave back?
 #
 #    .. dropdown:: Solution
 #
 #       .. code-block:: python
 #
-#          block_float = quantize(float_gm, quantizer().set_module_name_qconfig("blocks.0", None))
-#          assert len(int8_layers(block_float)) == 8, "14 minus q, k, v, out, fc1, fc2"
+#          block_float = quantize(planted_gm, quantizer().set_module_name_qconfig("blocks.0", None))
+#          block_accuracy, block_sqnr = errors(block_float)
+#          count = len(int8_layers(block_float))
+#          print(f"{count} int8 layers: {block_accuracy:.3f}, {block_sqnr:.1f} dB")
+#          assert count == 8, "14 minus q, k, v, out, fc1, fc2"
+#          fc1_gain, rest_gain = fallback_sqnr - planted_sqnr, block_sqnr - fallback_sqnr
+#          print(f"fc1 alone {fc1_gain:+.1f} dB, five more layers {rest_gain:+.1f} dB")
+#          assert 0 < rest_gain < fc1_gain / 3, "fc1 gives most back, the rest a few dB"
 #
-# 2. Use α = 1 (``s = max|x|``: all of the activation's range moves into the weights) on
-#    ``norm2`` of block 0 only. Predict whether the float output changes.
+# 2. Step 5 used α = 0.5. Use α = 1 on block 0's ``norm2`` only (``s = max|x|``: the
+#    activation's whole range moves into ``fc1``'s weights, and every activation channel's
+#    maximum becomes 1). Predict what happens to ``fc1``'s int8 SQNR (the debugger's, Step 4)
+#    and to the range of its weights, channel by channel: better, worse, or no change?
 #
 #    .. dropdown:: Solution
 #
 #       .. code-block:: python
 #
-#          other = copy.deepcopy(planted_gm)
-#          norm = [n for n in other.graph.nodes if n.target == aten.layer_norm.default][1]
-#          (fc1,) = norm.users
-#          s = watch.amax[norm.name].clamp(min=1e-5)
-#          with torch.no_grad():
-#              other.get_parameter(norm.args[2].target).div_(s)
-#              other.get_parameter(norm.args[3].target).div_(s)
-#              other.get_parameter(fc1.args[1].target).mul_(s)
-#              torch.testing.assert_close(other(test_images), model(test_images), atol=1e-4, rtol=0)
+#          def migrated(alpha):
+#              """SmoothQuant at this α on block 0's norm2 → fc1 pair only (Step 5's s)."""
+#              gm = copy.deepcopy(planted_gm)
+#              norm = [n for n in gm.graph.nodes if n.target == aten.layer_norm.default][1]
+#              (fc1,) = norm.users
+#              w = gm.get_parameter(fc1.args[1].target)
+#              with torch.no_grad():
+#                  s = watch.amax[norm.name] ** alpha / w.abs().amax(dim=0) ** (1 - alpha)
+#                  s = s.clamp(min=1e-5)
+#                  gm.get_parameter(norm.args[2].target).div_(s)
+#                  gm.get_parameter(norm.args[3].target).div_(s)
+#                  w.mul_(s)
+#              return gm, fc1.name, w.detach()
+#
+#
+#          def fc1_sqnr(gm, name):
+#              """The debugger's SQNR at fc1's output (Step 4)."""
+#              float_log = prepare_for_propagation_comparison(gm)
+#              int8_log = prepare_for_propagation_comparison(quantize(gm, quantizer()))
+#              with torch.no_grad():
+#                  float_log(test_images)
+#                  int8_log(test_images)
+#              rows = compare_results(tensor_results(float_log), tensor_results(int8_log))
+#              return next(s.results[0].sqnr.item() for i, s in rows.items() if i.name == name)
+#
+#
+#          def weight_sqnr(w):
+#              """w against its int8 copy: symmetric, one scale per output channel (row), as x86."""
+#              scale = w.abs().amax(dim=1, keepdim=True) / 127.5
+#              return compute_error(w, (w / scale).round().clamp(-128, 127) * scale).item()
+#
+#
+#          found = {}
+#          for alpha in (0.5, 1.0):
+#              gm, name, w = migrated(alpha)
+#              rows, columns = w.abs().amax(dim=1), w.abs().amax(dim=0)
+#              found[alpha] = f = {
+#                  "fc1": fc1_sqnr(gm, name),
+#                  "weights": weight_sqnr(w),
+#                  "rows": rows.median().item(),
+#                  "spread": (columns.max() / columns.min()).item(),
+#              }
+#              print(f"α = {alpha}: fc1 {f['fc1']:.1f} dB, int8 weights {f['weights']:.1f} dB;")
+#              print(f"    median row max {f['rows']:.2f}, column maxima {f['spread']:.1f}× apart")
+#          low, high = found[0.5], found[1.0]
+#          assert high["rows"] > low["rows"], "every output channel's range grows"
+#          assert high["spread"] > 1.5 * low["spread"], "the activation's spread moved in"
+#          assert high["weights"] < low["weights"], "small weights get coarser int8 steps"
+#          assert abs(high["fc1"] - low["fc1"]) < 1 < high["fc1"] - node_sqnr[name] - 15, (
+#              "fc1's output hardly moves: the weights had dB to spare, the activation is the limit"
+#          )
 #
 # Further reading
 # ---------------

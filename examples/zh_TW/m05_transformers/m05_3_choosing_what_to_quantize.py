@@ -2,10 +2,10 @@
 M05-3 選擇要量化什麼
 ====================
 
-``X86InductorQuantizer`` 可以依 module 名稱、module 型別和函式分別給設定，給 ``None`` 就把那些
+``X86InductorQuantizer`` 可以依模組名稱、模組型別和函式分別給設定，給 ``None`` 就把那些
 node 留在浮點數。這是處理「int8 會傷到的那一層」的工具——但要先找到那一層。本課在訓練好的
-digits ViT 裡埋一個離群通道（浮點模型算的仍是同一個函式），用兩種方法找出被它傷到的那一層：
-輪流把每一層留在浮點數，以及 torchao 的數值除錯器；把 SQNR 畫在圖上；最後不靠任何浮點退回就
+手寫數字 ViT 裡埋一個離群通道（浮點模型算的仍是同一個函式），用兩種方法找出被它傷到的那一層：
+輪流把每一層留在浮點數，以及 torchao 的數值除錯器；把 SQNR 畫在圖上；接著不靠任何浮點退回就
 修好它：親手做 SmoothQuant，把離群值的 scale 從活化值搬進下一個 linear 的 weight。最後看
 時間的代價：四個 block 的 encoder 的 fp32、int8 靜態與 int8 動態版本，加上凍結編譯後，在這顆
 CPU 的 int8 路徑與 AVX2 上計時。
@@ -29,7 +29,7 @@ CPU 的 int8 路徑與 AVX2 上計時。
 # %%
 # 準備
 # ----
-# M05-1 的 digits ViT，已訓練（ ``common.data.train_digits_vit`` ，快取在 ``build/`` ），
+# M05-1 的手寫數字 ViT，已訓練（ ``common.data.train_digits_vit`` ，快取在 ``build/`` ），
 # q／k／v 是分開的 linear。校準用 64 張校準影像；誤差在 500 張測試影像上量，以浮點模型的
 # logits 為基準。
 
@@ -43,7 +43,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from common.aoti import compiled_package, kernel_calls
-from common.charts import use_course_style
+from common.charts import pad, use_course_style
 from common.cpu import describe, run_under_isa, weaker_paths
 from common.data import accuracy, digits, export_digits_model, train_digits_vit
 from common.models import example_inputs, get_model, input_shape
@@ -74,7 +74,7 @@ aten, qd = torch.ops.aten, torch.ops.quantized_decomposed
 # %%
 # 輔助函式： ``quantizer()`` 是以 ``set_global`` 設定的預設靜態設定； ``quantize`` 在浮點圖
 # 的副本上做 prepare、校準與 convert； ``int8_layers`` 列出 conv 或 linear 讀 int8 weight
-# 的 module； ``errors`` 回傳準確率，以及 logits 相對浮點基準的 SQNR； ``tensor_results``
+# 的模組； ``errors`` 回傳準確度，以及 logits 相對浮點基準的 SQNR； ``tensor_results``
 # 只留下除錯器記錄的張量（圖裡也記錄了批次大小，一個 ``sym_size`` node）； ``Amax`` 逐個
 # node 執行圖（ ``torch.fx.Interpreter`` ），記下被指定的 node 每個通道的最大絕對值。
 
@@ -101,7 +101,7 @@ def int8_layers(gm) -> list[str]:
 
 
 def errors(gm) -> tuple[float, float]:
-    """測試影像上的（準確率, logits 相對 fp32 logits 的 SQNR，單位 dB）。"""
+    """測試影像上的（準確度，logits 相對 fp32 logits 的 SQNR，單位 dB）。"""
     with torch.no_grad():
         logits = gm(test_images)
     correct = (logits.argmax(dim=1) == test_labels).float().mean().item()
@@ -131,8 +131,8 @@ class Amax(torch.fx.Interpreter):
 # 步驟 1 — 把模型的一部分留在浮點數
 # ----------------------------------
 # 預設設定讓全部 14 層拿到 int8 weight：patch embedding 的 conv 和 13 個 linear。下面每個
-# setter 都接受 ``None`` ，意思是「留在浮點數」；quantizer 依固定順序套用它們——先 module
-# 名稱，再型別與函式，最後是全域設定——同一個 node 不會 annotate 兩次。
+# setter 都接受 ``None`` ，意思是「留在浮點數」；quantizer 依固定順序套用它們：先模組名稱，
+# 再型別與函式，最後是全域設定，而且不會重複標註同一個 node。
 
 float_gm = export_digits_model(model)
 everything = quantize(float_gm, quantizer())
@@ -153,7 +153,7 @@ assert "patch_embed" not in int8_layers(conv_float) and len(int8_layers(conv_flo
 assert int8_layers(linears_float) == ["patch_embed"], "linear 全是浮點數，conv 是 int8"
 
 # %%
-# 在訓練好的模型上，int8 沒有造成分類器看得出的損失：全部量化後的測試準確率與 logits 的
+# 在訓練好的模型上，int8 沒有造成分類器看得出的損失：全部量化後的測試準確度與 logits 的
 # SQNR。
 
 fp32_accuracy = accuracy(model)
@@ -167,7 +167,7 @@ assert static_accuracy >= fp32_accuracy - 0.01 and static_sqnr > 30
 # 大型語言模型有少數幾個活化值通道比其他大上百倍（見 LLM.int8 與 SmoothQuant 的論文）。這裡
 # 埋一個：把 block 0 的 ``norm2`` 第 5 個通道（weight 與 bias）乘以 100，再把 ``fc1`` 的
 # weight 第 5 欄除以 100。浮點模型算的是同一個函式，只差浮點捨入；但 ``fc1`` 的輸入現在有一個
-# 通道比 per-tensor int8 scale 能容納的大了一百倍。
+# 通道比逐張量 int8 scale 能容納的大了一百倍。
 
 CHANNEL, FACTOR = 5, 100.0
 planted = copy.deepcopy(model)
@@ -177,7 +177,7 @@ with torch.no_grad():
     planted.blocks[0].fc1.weight[:, CHANNEL] /= FACTOR
     torch.testing.assert_close(planted(test_images), model(test_images), atol=1e-4, rtol=0)
 
-# 除錯器（步驟 4）需要在量化之前就標記好的 export。
+# 除錯器（步驟 4）需要在量化之前就做好標記的匯出結果。
 program = torch.export.export(
     planted, (calibration[:2],), dynamic_shapes=({0: torch.export.Dim("batch")},)
 )
@@ -202,7 +202,7 @@ for name in layers:
 ranking = sorted(gains, key=lambda name: gains[name][1], reverse=True)
 for name in ranking[:4]:
     acc, sqnr = gains[name]
-    print(f"{name:22} 浮點：準確率 {acc:.3f}，SQNR {sqnr:5.1f} dB（{sqnr - planted_sqnr:+.1f}）")
+    print(f"{name:22} 浮點：準確度 {acc:.3f}，SQNR {sqnr:5.1f} dB（{sqnr - planted_sqnr:+.1f}）")
 fallback_accuracy, fallback_sqnr = gains["blocks.0.fc1"]
 assert ranking[0] == "blocks.0.fc1", "離群值後面的那一層"
 assert fallback_sqnr > planted_sqnr + 10 > gains[ranking[1]][1]
@@ -246,13 +246,13 @@ draw(planted_gm, values=finite, value_name="SQNR dB", title="埋了離群值：�
 # 步驟 5 — 親手做 SmoothQuant
 # ---------------------------
 # 退回浮點數等於放棄那一層的 int8。SmoothQuant 保住它：對 linear ``y = x·Wᵀ`` ，任何
-# per-channel 的 ``s`` 都有 ``y = (x / s)·(W·s)ᵀ`` 。取
+# 逐通道的 ``s`` 都有 ``y = (x / s)·(W·s)ᵀ`` 。取
 # ``s_j = max|x_j|^α / max|W_j|^(1−α)`` （α = 0.5），通道 ``j`` 的兩邊就在中間相遇：
 # ``max|x_j| / s_j = max|W_j|·s_j = √(max|x_j|·max|W_j|)`` （下面以 assert 驗證）。離群通道
-# 縮小；weight 的第 ``j`` 欄變大，但只大到這個幾何平均。per-channel 的 weight 量化並不會
+# 縮小；weight 的第 ``j`` 欄變大，但只大到這個幾何平均。逐通道的 weight 量化並不會
 # 吸收這個變大（x86 的 weight scale 是每個「輸出」通道一個，也就是 ``W`` 的一列，而第 ``j``
 # 欄橫跨每一列）：真正有用的是平衡，兩邊都不再留下離群值。 ``/ s`` 不花任何成本：活化值
-# 來自 LayerNorm，所以可以併入 LayerNorm 的 weight 與 bias。在 export 出的圖上用 M00 的
+# 來自 LayerNorm，所以可以併入 LayerNorm 的 weight 與 bias。在匯出的圖上用 M00 的
 # 手法：找出 users 全是 linear 的 ``layer_norm`` （q、k、v 共用一個），在校準影像上讀出
 # 活化值的最大值，直接修改常數。
 
@@ -279,7 +279,7 @@ with torch.no_grad():
 
 # %%
 # 浮點函式不變，只差浮點捨入（在大小約 10 的 logits 上容許 1e-4）；它的 int8 版本找回了
-# 沒有離群值的模型的 SQNR 與準確率——而且每一層都是 int8。
+# 沒有離群值的模型的 SQNR 與準確度，而且每一層都是 int8。
 
 with torch.no_grad():
     torch.testing.assert_close(smoothed(test_images), model(test_images), atol=1e-4, rtol=0)
@@ -305,17 +305,19 @@ else:
 # %%
 # 步驟 7 — 速度：fp32、int8 靜態、int8 動態
 # -----------------------------------------
-# 準確率只是選擇的一半，另一半是時間。取 ``common.models.Encoder`` （四個 block、
+# 準確度只是選擇的一半，另一半是時間。取 ``common.models.Encoder`` （四個 block、
 # d_model 256、64 個 token、MLP 1024；隨機 weight，輸入是四段 token），做成三個版本，每個都
 # 加上凍結、預先編譯成 AOTInductor 套件（M03-4）。 ``common.aoti.compiled_package`` 把每個
 # 套件存在 ``build/cache/`` ，鍵是程式本身、torch 的版本、kernel 路徑與計時用的執行緒數
 # （inductor 會把執行緒數寫進它產生的程式碼），所以重建網站時直接載入，不必再編譯一次。
-# assert 的是編譯器產生了什麼，讀自每個套件產生的 C++：浮點 encoder 呼叫 oneDNN 的浮點
+# assert 檢查的是編譯器的產物：直接讀每個套件產生的 C++。浮點 encoder 呼叫 oneDNN 的浮點
 # linear，兩個 int8 encoder 的 24 個 linear 全都呼叫它的 int8 linear，殘差的加法併入
 # out 投影與 ``fc2`` 。
 
 encoder = get_model("encoder")
 tokens = example_inputs(4, shape=input_shape("encoder"))
+# 印出的文字與圖表怎麼稱呼三個版本（鍵也是套件的名稱，兩種語言相同）。
+LABELS = {"fp32": "fp32", "int8 static": "int8 靜態", "int8 dynamic": "int8 動態"}
 
 
 def encoder_int8(is_dynamic):
@@ -349,7 +351,7 @@ def linear_kernels(package) -> dict:
 
 
 for label, package in packages.items():
-    print(f"{label:12}", linear_kernels(package))
+    print(pad(LABELS[label], 12), linear_kernels(package))
 assert not any(name.startswith("q") for name in linear_kernels(packages["fp32"]))
 for label in ("int8 static", "int8 dynamic"):
     kernels = linear_kernels(packages[label])
@@ -364,7 +366,7 @@ for label in ("int8 static", "int8 dynamic"):
 # （AVX2）時，乘積要成對經過 int16，加速變小甚至消失。動態 int8 還要在執行時計算每個活化值
 # 的 scale。圖下面的幾行說明，在這裡量到的每條路徑上哪一個最快。
 
-runners = {label: torch._inductor.aoti_load_package(str(p)) for label, p in packages.items()}
+runners = {LABELS[k]: torch._inductor.aoti_load_package(str(p)) for k, p in packages.items()}
 key = " ".join(
     path.name for path in packages.values()
 )  # 套件的檔名含有它們的鍵：建置網站時只計時一次
@@ -372,9 +374,10 @@ timings = compare_speed(runners, tokens, rounds=20, key=key)
 print(timings.table())
 paths = {cpu.onednn: timings.times}
 
+# 子行程的程式碼；匯入 quantize_pt2e 是為了註冊這些程式呼叫的 int8 運算。
 AVX2_STEP = """
 import torch
-import torchao.quantization.pt2e.quantize_pt2e  # registers the int8 ops the programs call
+import torchao.quantization.pt2e.quantize_pt2e
 from common.aoti import compiled_package
 from common.timing import compare_speed
 
@@ -397,11 +400,11 @@ if "AVX2" in weaker_paths():
         # 暫存路徑每次不同：以它計時的東西（套件）作為這一步的鍵
         other = run_under_isa("AVX2", f"SAVED = {saved!r}\n{AVX2_STEP}", key=AVX2_STEP + key)
     found = other["result"]
-    paths[other["cpu"]["onednn"]] = {k: Timing(**v) for k, v in found["times"].items()}
-    print(f"AVX2 subprocess: {other['cpu']['onednn']}, load average {found['load']:.2f}")
+    paths[other["cpu"]["onednn"]] = {LABELS[k]: Timing(**v) for k, v in found["times"].items()}
+    print(f"AVX2 子行程：{other['cpu']['onednn']}，負載平均 {found['load']:.2f}")
 
-labels = list(programs)
-print(f"{'int8 path':18}" + "".join(f"{label:>22}" for label in labels))
+labels = [LABELS[k] for k in programs]
+print(pad("int8 路徑", 18) + "".join(pad(label, 22, align=">") for label in labels))
 for path, times in paths.items():
     cells = [f"{times[label].median:9.2f} ms ({times[label].spread:4.0%})" for label in labels]
     print(f"{path:18}" + "".join(f"{cell:>22}" for cell in cells))
@@ -432,19 +435,19 @@ fig.tight_layout()
 plt.show()
 for path, times in paths.items():
     fastest = min(labels, key=lambda label: times[label].median)
-    speedup = times["fp32"].median / times[fastest].median
+    speedup = times[LABELS["fp32"]].median / times[fastest].median
     print(f"{path}：最快的是 {fastest}，速度是 fp32 的 {speedup:.2f} 倍")
 
 # %%
 # 小結
 # ----
 # ===================================  ========================================================
-# 模型                                 準確率與 logits 的 SQNR（印在上面）
+# 模型                                 準確度與 logits 的 SQNR（印在上面）
 # ===================================  ========================================================
 # fp32                                 基準
 # int8 靜態                            看不出損失
 # 埋了離群值，int8 靜態                同一個浮點函式，SQNR 低得多
-# 敏感度退回                           把 ``blocks.0.fc1`` 留在浮點數，找回大部分
+# 敏感度迴圈：單層退回浮點             把 ``blocks.0.fc1`` 留在浮點數，找回大部分
 # SmoothQuant，int8 靜態               每一層都是 int8，SQNR 回到沒有離群值的模型
 # ===================================  ========================================================
 #
@@ -459,39 +462,90 @@ for path, times in paths.items():
 #
 # 練習
 # ----
-# 1. 用 ``set_module_name_qconfig`` 把整個 ``blocks.0`` 留在浮點數。預測還有幾層拿到 int8
-#    weight。
+# 1. 用 ``set_module_name_qconfig`` 把埋了離群值的模型的整個 ``blocks.0`` 留在浮點數（名稱
+#    也涵蓋它底下的每個子模組）。預測還有幾層拿到 int8 weight；再預測多留在浮點數的五層，在
+#    步驟 3 只退回 ``blocks.0.fc1`` 的結果之上還能多找回多少 dB：比 ``fc1`` 單獨找回的多，
+#    還是少？
 #
 #    .. dropdown:: 解答
 #
 #       .. code-block:: python
 #
-#          block_float = quantize(float_gm, quantizer().set_module_name_qconfig("blocks.0", None))
-#          assert len(int8_layers(block_float)) == 8, "14 減去 q、k、v、out、fc1、fc2"
+#          block_float = quantize(planted_gm, quantizer().set_module_name_qconfig("blocks.0", None))
+#          block_accuracy, block_sqnr = errors(block_float)
+#          count = len(int8_layers(block_float))
+#          print(f"{count} 層 int8：{block_accuracy:.3f}，{block_sqnr:.1f} dB")
+#          assert count == 8, "14 減去 q、k、v、out、fc1、fc2"
+#          fc1_gain, rest_gain = fallback_sqnr - planted_sqnr, block_sqnr - fallback_sqnr
+#          print(f"只退回 fc1：{fc1_gain:+.1f} dB；blocks.0 其他五層：再 {rest_gain:+.1f} dB")
+#          assert 0 < rest_gain < fc1_gain / 3, "敏感的那一層找回大部分，其餘幾層只多幾 dB"
 #
-# 2. 只在 block 0 的 ``norm2`` 上用 α = 1（ ``s = max|x|`` ：活化值的範圍全部搬進
-#    weight）。預測浮點輸出會不會改變。
+# 2. 步驟 5 用的是 α = 0.5。改成只在 block 0 的 ``norm2`` 上用 α = 1（ ``s = max|x|`` ：活化值
+#    的範圍全部搬進 ``fc1`` 的 weight，每個活化值通道的最大值都變成 1）。預測 ``fc1`` 的 int8
+#    SQNR（步驟 4 的除錯器量到的）和它的 weight 逐通道的範圍會怎麼變：變好、變差，還是不變？
 #
 #    .. dropdown:: 解答
 #
 #       .. code-block:: python
 #
-#          other = copy.deepcopy(planted_gm)
-#          norm = [n for n in other.graph.nodes if n.target == aten.layer_norm.default][1]
-#          (fc1,) = norm.users
-#          s = watch.amax[norm.name].clamp(min=1e-5)
-#          with torch.no_grad():
-#              other.get_parameter(norm.args[2].target).div_(s)
-#              other.get_parameter(norm.args[3].target).div_(s)
-#              other.get_parameter(fc1.args[1].target).mul_(s)
-#              torch.testing.assert_close(other(test_images), model(test_images), atol=1e-4, rtol=0)
+#          def migrated(alpha):
+#              """把 block 0 的 norm2 → fc1 這一對以 α 做 SmoothQuant（步驟 5 的 s）。"""
+#              gm = copy.deepcopy(planted_gm)
+#              norm = [n for n in gm.graph.nodes if n.target == aten.layer_norm.default][1]
+#              (fc1,) = norm.users
+#              w = gm.get_parameter(fc1.args[1].target)
+#              with torch.no_grad():
+#                  s = watch.amax[norm.name] ** alpha / w.abs().amax(dim=0) ** (1 - alpha)
+#                  s = s.clamp(min=1e-5)
+#                  gm.get_parameter(norm.args[2].target).div_(s)
+#                  gm.get_parameter(norm.args[3].target).div_(s)
+#                  w.mul_(s)
+#              return gm, fc1.name, w.detach()
+#
+#
+#          def fc1_sqnr(gm, name):
+#              """除錯器在 fc1 輸出量到的 SQNR（步驟 4）。"""
+#              float_log = prepare_for_propagation_comparison(gm)
+#              int8_log = prepare_for_propagation_comparison(quantize(gm, quantizer()))
+#              with torch.no_grad():
+#                  float_log(test_images)
+#                  int8_log(test_images)
+#              rows = compare_results(tensor_results(float_log), tensor_results(int8_log))
+#              return next(s.results[0].sqnr.item() for i, s in rows.items() if i.name == name)
+#
+#
+#          def weight_sqnr(w):
+#              """w 與它的 int8 版本相比：對稱、每個輸出通道（一列）一個 scale，和 x86 一樣。"""
+#              scale = w.abs().amax(dim=1, keepdim=True) / 127.5
+#              return compute_error(w, (w / scale).round().clamp(-128, 127) * scale).item()
+#
+#
+#          found = {}
+#          for alpha in (0.5, 1.0):
+#              gm, name, w = migrated(alpha)
+#              rows, columns = w.abs().amax(dim=1), w.abs().amax(dim=0)
+#              found[alpha] = f = {
+#                  "fc1": fc1_sqnr(gm, name),
+#                  "weights": weight_sqnr(w),
+#                  "rows": rows.median().item(),
+#                  "spread": (columns.max() / columns.min()).item(),
+#              }
+#              print(f"α = {alpha}：fc1 {f['fc1']:.1f} dB，int8 weight {f['weights']:.1f} dB；")
+#              print(f"    各列最大值的中位數 {f['rows']:.2f}，各欄最大值相差 {f['spread']:.1f} 倍")
+#          low, high = found[0.5], found[1.0]
+#          assert high["rows"] > low["rows"], "每個輸出通道的範圍變大"
+#          assert high["spread"] > 1.5 * low["spread"], "活化值的差異搬進了 weight 的各欄"
+#          assert high["weights"] < low["weights"], "所以每一列的 int8 格點較難容納小的 weight"
+#          assert abs(high["fc1"] - low["fc1"]) < 1 < high["fc1"] - node_sqnr[name] - 15, (
+#              "fc1 的輸出幾乎不變：weight 還有多餘的 dB，瓶頸在活化值"
+#          )
 #
 # 延伸閱讀
 # --------
 # - Xiao et al., `SmoothQuant <https://arxiv.org/abs/2211.10438>`_
-# - `X86InductorQuantizer source
+# - `X86InductorQuantizer 原始碼
 #   <https://github.com/pytorch/ao/blob/main/torchao/quantization/pt2e/quantizer/x86_inductor_quantizer.py>`_
-# - `PT2E 數值除錯器
+# - `PT2E 數值除錯器（torchao）
 #   <https://docs.pytorch.org/ao/main/tutorials_source/pt2e_quant_numeric_debugger.html>`_
 #
 # 下一課

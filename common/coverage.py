@@ -9,7 +9,7 @@ from torch import nn
 
 from common.charts import display_width, pad
 
-__all__ = ["COMPUTE_OPS", "Coverage", "OpCoverage", "coverage", "side_by_side"]
+__all__ = ["COMPUTE_OPS", "Coverage", "OpCoverage", "coverage", "side_by_side", "spec_table"]
 
 aten = torch.ops.aten
 
@@ -37,6 +37,7 @@ COMPUTE_OPS = {
 }
 
 _KEY = "quantization_annotation"
+_ROLES = ("activation", "weight")
 _INTEGER = {torch.int8, torch.uint8, torch.int16, torch.int32}
 
 
@@ -55,6 +56,9 @@ class OpCoverage:
         mode: ``static``, ``dynamic`` or ``fused`` for an int8 op; ``""`` for a float one.
         reason: for a float op, why, read from the annotations, the graph and the
             quantizer's rules; for an int8 op, the specs of its inputs.
+        specs: ``(role, spec)`` for each input the op computes on and the quantizer
+            quantized: role ``activation`` or ``weight`` (a conv's or linear's second
+            input), spec as in ``reason`` (``s8 per-channel symmetric``).
     """
 
     node: str
@@ -65,6 +69,7 @@ class OpCoverage:
     int8: bool
     mode: str
     reason: str
+    specs: tuple = ()
 
     @property
     def status(self) -> str:
@@ -106,6 +111,16 @@ class Coverage:
             entry[0] += op.int8
             entry[1] += 1
         return {kind: (int8, total) for kind, (int8, total) in found.items()}
+
+    def schemes(self, role: str) -> list[str]:
+        """The distinct specs the quantizer gave the ``activation`` or ``weight`` inputs, sorted.
+
+        Raises:
+            ValueError: if ``role`` is neither.
+        """
+        if role not in _ROLES:
+            raise ValueError(f"role={role!r}: use one of {', '.join(map(repr, _ROLES))}")
+        return sorted({spec for op in self.ops for r, spec in op.specs if r == role})
 
     def reasons(self) -> Counter:
         """How many float ops each reason accounts for."""
@@ -177,15 +192,42 @@ def side_by_side(*reports: Coverage) -> str:
     return _format([("node", "op", "module", *(r.label for r in reports))], rows)
 
 
+def spec_table(*reports: Coverage) -> str:
+    """One row per quantizer: the specs of its activations and weights, its int8 ops per kind.
+
+    Args:
+        reports: ``coverage`` reports, of one graph or several.
+
+    Returns:
+        str: quantizer, activations, weights, int8 ops (``conv 3/3, add 1/1, ...``); a
+        quantizer that gave one role several specs lists them separated by ``/``.
+
+    Raises:
+        ValueError: if no report is given.
+    """
+    if not reports:
+        raise ValueError("spec_table needs at least one report: spec_table(x86, xnnpack)")
+    rows = []
+    for report in reports:
+        kinds = ", ".join(f"{kind} {i}/{n}" for kind, (i, n) in report.counts().items())
+        activations, weights = (" / ".join(report.schemes(r)) or "-" for r in _ROLES)
+        rows.append((report.label, activations, weights, kinds))
+    return _format([("quantizer", "activations", "weights", "int8 ops")], rows)
+
+
 def coverage(model: torch.fx.GraphModule, quantizer, *, label: str | None = None) -> Coverage:
     """Run ``prepare_pt2e`` on a copy of ``model`` and report every compute op: int8 or float, why.
 
     Each op of ``COMPUTE_OPS`` in the graph is int8 when the quantizer's annotation
     (``node.meta["quantization_annotation"]``) gives each input it computes on (activation and
     weight; both operands of add, mul, matmul; q, k, v of attention) an integer quantization
-    spec, or when that input comes straight from the int8 conv or linear it is fused into
-    (x86's conv + add). A float op gets the reason that this quantizer's rules give for it,
-    for ``X86InductorQuantizer`` and ExecuTorch's ``XNNPACKQuantizer``: op not in the
+    spec, or when the quantizer annotated the output of the node that produces that input (an
+    integer observer sits on the edge, or before a flatten/view/reshape: ``OpenVINOQuantizer``
+    annotates this way; for an op without weights, only when its output is quantized again),
+    or when
+    that input comes straight from the int8 conv or linear it is fused into (x86's conv + add).
+    A float op gets the reason that this quantizer's rules give for it, for
+    ``X86InductorQuantizer`` and ExecuTorch's ``XNNPACKQuantizer``: op not in the
     quantizer's set, a linear recorded inside a module that is not an ``nn.Linear``
     (``nn.MultiheadAttention``), ``matmul`` only on request, a broadcast ``mul``, an ``add``
     with no conv or linear to fuse into, a dynamic config that covers linears and convs only,
@@ -241,9 +283,9 @@ def coverage(model: torch.fx.GraphModule, quantizer, *, label: str | None = None
         if node is None:  # removed by prepare (none of COMPUTE_OPS is, on the course's models)
             continue
         module, module_type = _module(node)
-        int8, mode, reason = _classify(node, kind, rules)
+        int8, mode, reason, specs = _classify(prepared, node, kind, rules)
         op = node.target._overloadpacket.__name__
-        ops.append(OpCoverage(name, op, kind, module, module_type, int8, mode, reason))
+        ops.append(OpCoverage(name, op, kind, module, module_type, int8, mode, reason, specs))
     return Coverage(label or _label(quantizer), tuple(ops))
 
 
@@ -302,37 +344,71 @@ def _annotation(node):
     return node.meta.get(_KEY)
 
 
-def _unobserved(arg):
-    """The producer of an input, looking through an observer prepare inserted."""
-    while (
+def _is_observer(arg) -> bool:
+    return (
         isinstance(arg, torch.fx.Node)
         and arg.op == "call_module"
         and "activation_post_process" in str(arg.target)
-    ):
+    )
+
+
+def _unobserved(arg):
+    """The producer of an input, looking through an observer prepare inserted."""
+    while _is_observer(arg):
         arg = arg.args[0]
     return arg
 
 
-def _computed_inputs(node: torch.fx.Node, kind: str) -> list:
-    args = [_unobserved(a) for a in node.args]
+def _computed_inputs(node: torch.fx.Node, kind: str, *, observed: bool = False) -> list:
+    """The inputs the op computes on; as the prepared graph has them (observers included)
+    when ``observed``, else their producers."""
+    args = list(node.args) if observed else [_unobserved(a) for a in node.args]
     if kind in ("conv", "linear"):
         return args[:2]
     if kind == "attention":
         return args[:3]
     if node.target in (aten.addmm.default, aten.baddbmm.default):
         return args[1:3]
-    return [a for a in args[:2] if _is_tensor(a)]
+    return [a for a in args[:2] if _is_tensor(_unobserved(a))]
 
 
 def _spec_text(spec) -> str:
-    from torchao.quantization.pt2e.quantizer import QuantizationSpec
+    """``u8 per-tensor affine``: a ``QuantizationSpec``'s or an observer's dtype and qscheme."""
+    from torchao.quantization.pt2e.quantizer import QuantizationSpecBase
 
-    if not isinstance(spec, QuantizationSpec):
+    if isinstance(spec, QuantizationSpecBase) and not hasattr(spec, "qscheme"):
         return "shared"
     dtype = {torch.int8: "s8", torch.uint8: "u8"}.get(spec.dtype, str(spec.dtype).split(".")[-1])
     scheme = str(spec.qscheme).split(".")[-1]  # torch.per_channel_symmetric
     scheme = scheme.replace("per_tensor_", "per-tensor ").replace("per_channel_", "per-channel ")
-    return f"{dtype} {scheme}" + (" dynamic" if spec.is_dynamic else "")
+    return f"{dtype} {scheme}" + (" dynamic" if getattr(spec, "is_dynamic", False) else "")
+
+
+_RESHAPES = {aten.flatten.using_ints, aten.view.default, aten.reshape.default}
+
+
+def _through_reshapes(arg):
+    """Back through flatten/view/reshape, which move int8 values without changing them (a
+    pooled, observed output flattened for a linear)."""
+    while isinstance(arg, torch.fx.Node) and arg.op == "call_function" and arg.target in _RESHAPES:
+        arg = arg.args[0]
+    return arg
+
+
+def _requantized(prepared, node) -> bool:
+    """The op's output, or that of the one ReLU after it, goes through an integer observer."""
+    users = list(node.users)
+    if len(users) == 1 and users[0].target in (aten.relu.default, aten.relu_.default):
+        users += list(users[0].users)
+    return any(_integer_observer(prepared, user) is not None for user in users)
+
+
+def _integer_observer(prepared, arg):
+    """The observer prepare put on this edge, when it quantizes to an integer dtype."""
+    if not _is_observer(arg):
+        return None
+    observer = prepared.get_submodule(arg.target)
+    return observer if getattr(observer, "dtype", None) in _INTEGER else None
 
 
 def _is_fused_into(producer, node) -> bool:
@@ -353,31 +429,42 @@ def _is_fused_into(producer, node) -> bool:
     )
 
 
-def _classify(node, kind, rules) -> tuple[bool, str, str]:
+def _classify(prepared, node, kind, rules) -> tuple[bool, str, str, tuple]:
     from torchao.quantization.pt2e.quantizer import QuantizationSpec
 
     annotation = _annotation(node)
     specs = annotation.input_qspec_map if annotation is not None else {}
-    inputs = _computed_inputs(node, kind)
-    missing, fused, texts, dynamic = [], [], [], False
-    for arg in inputs:
+    raw = _computed_inputs(node, kind, observed=True)
+    # An input not annotated as this op's input is quantized all the same when the quantizer
+    # annotated its producer's output (an integer observer on the edge). An op without weights
+    # then computes in int8 only when its output is quantized again, as a backend fuses
+    # dq -> op [-> relu] -> q; else it computes in float on values an earlier op quantized.
+    edges_count = kind in ("conv", "linear") or _requantized(prepared, node)
+    missing, fused, texts, roles, dynamic = [], [], [], [], False
+    for index, edge in enumerate(raw):
+        arg = _unobserved(edge)
+        role = "weight" if kind in ("conv", "linear") and index == 1 else "activation"
         spec = specs.get(arg)
+        if not isinstance(spec, QuantizationSpec) and (edges_count or spec is not None):
+            # the observer on the edge says what a shared spec or a producer's output spec is
+            spec = _integer_observer(prepared, _through_reshapes(edge)) or spec
         if spec is None:
             (fused if _is_fused_into(arg, node) else missing).append(arg)
             continue
-        if isinstance(spec, QuantizationSpec):
+        if hasattr(spec, "dtype"):
             if spec.dtype not in _INTEGER:
                 missing.append(arg)
                 continue
-            dynamic = dynamic or spec.is_dynamic
+            dynamic = dynamic or getattr(spec, "is_dynamic", False)
         texts.append(_spec_text(spec))
+        roles.append((role, texts[-1]))
     if not missing and texts:
         mode = "fused" if fused else "dynamic" if dynamic else "static"
         detail = " × ".join(texts)
         if fused:
             detail += f" (fused with {', '.join(a.name for a in fused)})"
-        return True, mode, detail
-    return False, "", rules(node, kind, annotation, missing)
+        return True, mode, detail, tuple(roles)
+    return False, "", rules(node, kind, annotation, missing), ()
 
 
 def _rules_for(quantizer, prepared):

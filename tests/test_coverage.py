@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from common.coverage import COMPUTE_OPS, coverage, side_by_side
+from common.coverage import COMPUTE_OPS, coverage, side_by_side, spec_table
 from common.pt2e import export_module, quiet, x86_quantizer
 
 quiet()
@@ -60,6 +60,18 @@ class MatmulHead(nn.Module):
         return torch.bmm(torch.matmul(h, h.transpose(1, 2)), h)
 
 
+class PooledHead(nn.Module):
+    """conv -> relu -> pool -> flatten -> linear: the classifier's head, an input reshaped."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.relu = nn.Conv2d(8, 8, 3, padding=1), nn.ReLU()
+        self.pool, self.fc = nn.AdaptiveAvgPool2d(1), nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(self.pool(self.relu(self.conv(x))), 1))
+
+
 def encoder_layer():
     return nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
 
@@ -70,6 +82,7 @@ MODELS = {
     "residual": (Residual, IMAGES),
     "squeeze_excite": (SqueezeExcite, IMAGES),
     "matmul_head": (MatmulHead, TOKENS),
+    "pooled_head": (PooledHead, IMAGES),
     "encoder_layer": (encoder_layer, TOKENS),
 }
 
@@ -100,11 +113,31 @@ def xnnpack(*, dynamic=False):
     return XNNPACKQuantizer().set_global(config)
 
 
+def arm():
+    from torchao.quantization.pt2e.quantizer.arm_inductor_quantizer import (
+        ArmInductorQuantizer,
+        get_default_arm_inductor_quantization_config,
+    )
+
+    return ArmInductorQuantizer().set_global(get_default_arm_inductor_quantization_config())
+
+
+def openvino():
+    """ExecuTorch's OpenVINOQuantizer: NNCF annotates the outputs of the ops before the ones
+    it quantizes, not their inputs."""
+    pytest.importorskip("nncf", reason="OpenVINOQuantizer needs nncf (the docs extra pins it)")
+    from executorch.backends.openvino.quantizer import OpenVINOQuantizer
+
+    return OpenVINOQuantizer()
+
+
 QUANTIZERS = {
     "x86": x86,
     "x86_dynamic": lambda: x86(dynamic=True),
     "xnnpack": xnnpack,
     "xnnpack_dynamic": lambda: xnnpack(dynamic=True),
+    "arm": arm,
+    "openvino": openvino,
 }
 
 # (model, quantizer) -> kind: (int8, all), counted by hand from the quantizers' source.
@@ -121,7 +154,24 @@ COUNTS = [
     ("encoder_layer", "xnnpack_dynamic", {"linear": (4, 4), "attention": (0, 1), "add": (0, 2)}),
     ("residual", "xnnpack_dynamic", {"conv": (1, 2), "add": (0, 1)}),
     ("squeeze_excite", "xnnpack_dynamic", {"conv": (1, 2), "mul": (0, 1)}),
+    ("residual", "arm", {"conv": (2, 2), "add": (1, 1)}),
+    ("squeeze_excite", "arm", {"conv": (2, 2), "mul": (0, 1)}),
+    ("matmul_head", "arm", {"linear": (1, 1), "matmul": (0, 2)}),
+    ("encoder_layer", "arm", {"linear": (2, 4), "attention": (0, 1), "add": (0, 2)}),
+    ("residual", "openvino", {"conv": (2, 2), "add": (0, 1)}),
+    ("squeeze_excite", "openvino", {"conv": (0, 2), "mul": (0, 1)}),  # NNCF skips SE blocks
+    ("matmul_head", "openvino", {"linear": (1, 1), "matmul": (0, 2)}),
+    ("pooled_head", "x86", {"conv": (1, 1), "linear": (1, 1)}),
+    ("pooled_head", "openvino", {"conv": (1, 1), "linear": (1, 1)}),  # observed before flatten
 ]
+
+
+def _through_reshapes(node):
+    """A flatten/view/reshape moves int8 values unchanged: look at what it reshapes."""
+    reshapes = {torch.ops.aten.flatten.using_ints, torch.ops.aten.view.default}
+    while node.op == "call_function" and node.target in reshapes:
+        node = node.args[0]
+    return node
 
 
 def int8_in_converted_graph(model, quantizer, args) -> set[str]:
@@ -146,7 +196,7 @@ def int8_in_converted_graph(model, quantizer, args) -> set[str]:
         if not kind:
             continue
         inputs = node.args[:3] if kind == "attention" else node.args[:2]
-        inputs = [a for a in inputs if isinstance(a, torch.fx.Node)]
+        inputs = [_through_reshapes(a) for a in inputs if isinstance(a, torch.fx.Node)]
         if kind in ("add", "mul") and len(inputs) < 2:
             continue
         fused = {
@@ -283,3 +333,43 @@ def test_tables_name_every_op_and_refuse_a_bad_filter():
         side_by_side(one, coverage(other, x86()))
     with pytest.raises(KeyError, match="no compute op named 'conv'"):
         one["conv"]
+
+
+SCHEMES = [
+    ("x86", ["u8 per-tensor affine"], ["s8 per-channel symmetric"]),
+    ("xnnpack", ["s8 per-tensor affine"], ["s8 per-channel symmetric"]),
+    ("arm", ["s8 per-tensor affine"], ["s8 per-tensor symmetric"]),
+    ("openvino", ["u8 per-tensor symmetric"], ["s8 per-channel symmetric"]),
+]
+
+
+@pytest.mark.parametrize(("quantizer", "activations", "weights"), SCHEMES, ids=str)
+def test_each_quantizer_names_its_activation_and_weight_specs(quantizer, activations, weights):
+    gm, _ = exported("residual")
+    report = coverage(gm, QUANTIZERS[quantizer]())
+    assert (report.schemes("activation"), report.schemes("weight")) == (activations, weights)
+
+
+def test_an_input_annotated_as_its_producers_output_is_quantized():
+    gm, _ = exported("residual")
+    conv = coverage(gm, openvino())["conv2d_1"]  # its input: the relu's annotated output
+    assert conv.status == "int8 static"
+    assert conv.specs == (
+        ("activation", "u8 per-tensor symmetric"),
+        ("weight", "s8 per-channel symmetric"),
+    )
+
+
+def test_the_spec_table_has_a_row_per_quantizer_and_refuses_none():
+    gm, _ = exported("residual")
+    reports = [coverage(gm, QUANTIZERS[name]()) for name in ("x86", "arm")]
+    table = spec_table(*reports).splitlines()
+    assert table[0].split() == ["quantizer", "activations", "weights", "int8", "ops"]
+    assert table[2].split() == [
+        "ArmInductorQuantizer",
+        *"s8 per-tensor affine s8 per-tensor symmetric conv 2/2, add 1/1".split(),
+    ]
+    with pytest.raises(ValueError, match="at least one report"):
+        spec_table()
+    with pytest.raises(ValueError, match="use one of 'activation', 'weight'"):
+        reports[0].schemes("bias")

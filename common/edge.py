@@ -44,7 +44,8 @@ DQ_CHANNEL = "dequantize_per_channel.default"
 GEMMS = {"convolution.default", "linear.default"}  # weight args[1], bias args[2], input args[0]
 # Ops XNNPACK asks ExecuTorch to keep whole (not decomposed) that this table does not cover:
 # decomposed, their pieces would be partitioned differently.
-_KEPT_WHOLE_BY_XNNPACK = {"hardswish.default", "upsample_bilinear2d.vec", "prelu.default"}
+_KEPT_WHOLE_BY_XNNPACK = {"upsample_bilinear2d.vec", "prelu.default"}
+BATCH_NORM = "_native_batch_norm_legit_no_training.default"
 
 
 def op_name(target) -> str:
@@ -67,8 +68,14 @@ def _pool_sizes(node: Node):
     return kernel, stride, [padding] * 2 if isinstance(padding, int) else list(padding)
 
 
+def _dynamic(node: Node) -> bool:
+    return not all(isinstance(d, int) for d in node.meta["val"].shape)
+
+
 def _max_pool(node: Node):
     kernel, stride, _ = _pool_sizes(node)
+    if len(node.args) > 5 and node.args[5] and _dynamic(node):
+        return "ceil_mode on a dynamic shape (XNNPACK pads for it, statically)"
     if any(s > k for s, k in zip(stride, kernel, strict=True)):
         return f"stride {stride} larger than the kernel {kernel}"
     return None
@@ -106,6 +113,13 @@ def _view(node: Node):
     return None
 
 
+def _unsqueeze(node: Node):
+    dim, rank = node.args[1], node.args[0].meta["val"].dim()
+    if dim not in (-1, rank):
+        return f"an unsqueeze at dim {dim} (only after the last of {rank} dims)"
+    return None
+
+
 def _same_dim_order(node: Node):
     wanted = node.kwargs.get("dim_order")
     if wanted is not None and list(node.args[0].meta["val"].dim_order()) != list(wanted):
@@ -123,6 +137,15 @@ def _conv(node: Node):
     return None
 
 
+def _gelu(node: Node):
+    return "a float16 GELU" if node.meta["val"].dtype == torch.float16 else None
+
+
+def _softmax(node: Node):
+    dim, rank = node.args[1], node.args[0].meta["val"].dim()
+    return None if dim in (-1, rank - 1) else f"a softmax over dim {dim} of {rank} (only the last)"
+
+
 def _add_sub(node: Node):
     if node.kwargs.get("alpha", 1) != 1:
         return "alpha != 1"
@@ -131,6 +154,21 @@ def _add_sub(node: Node):
 
 def _cat(node: Node):
     return None if len(node.all_input_nodes) >= 2 else "a cat of fewer than 2 tensors"
+
+
+def _batch_norm(node: Node):
+    """XNNPACK folds it into the conv before it, or else turns it into a 1x1 depthwise conv:
+    in an int8 graph the conv's output is quantized first, so only the second applies."""
+    rank = node.args[0].meta["val"].dim()
+    if rank not in (2, 3, 4):
+        return f"a batch norm of a {rank}-D tensor (only 2-D, 3-D or 4-D)"
+    if any(not (_is(user, "getitem") and user.args[1] == 0) for user in node.users):
+        return "a batch norm whose mean or variance output is read"
+    if not isinstance(node.args[0].meta["val"].shape[1], int):
+        return "a batch norm over a dynamic number of channels"
+    if isinstance(node.args[-1], Node):
+        return "a computed epsilon"
+    return None  # (its weight, bias, mean and variance must be constants: see _match)
 
 
 @dataclass(frozen=True)
@@ -176,6 +214,7 @@ SUPPORTED: dict[str, Op] = {
     "mean.dim": Op(int8=True, why_not=_mean),
     "view_copy.default": Op(int8=True, why_not=_view),
     "permute_copy.default": Op(int8=True),
+    "unsqueeze_copy.default": Op(int8=True, why_not=_unsqueeze),
     "_to_dim_order_copy.default": Op(
         int8=True,
         why_not=lambda n: (
@@ -189,6 +228,12 @@ SUPPORTED: dict[str, Op] = {
     "sigmoid.default": Op(int8=False),
     "tanh.default": Op(int8=False),
     "div.Tensor": Op(int8=False),
+    "hardswish.default": Op(int8=False, keep_whole=aten.hardswish.default),
+    "gelu.default": Op(int8=False, why_not=_gelu),
+    "_softmax.default": Op(int8=False, why_not=_softmax),
+    "bmm.default": Op(int8=False),
+    # With its weight, bias, running mean and variance (constants) and its getitem users.
+    BATCH_NORM: Op(int8=False, why_not=_batch_norm),
     # Not an op XNNPACK runs alone: only inside a conv or linear, as its weight.
     DQ_CHANNEL: Op(int8=False, why_not=lambda node: "a per-channel dequantize outside a GEMM"),
 }
@@ -199,7 +244,19 @@ PORTABLE: dict[str, str] = {
     "mean.default": "XNNPACK has no config for a mean over all elements",
     "_adaptive_avg_pool2d.default": "XNNPACK has no config for adaptive average pooling",
     "max_pool2d_with_indices.default": "the max pool XNNPACK refused, decomposed (with indices)",
-    "getitem": "reads one output of a multi-output op; XNNPACK takes none here",
+    "split_with_sizes_copy.default": "XNNPACK has no config for split (nor chunk)",
+    "native_layer_norm.default": "XNNPACK has no config for layer norm",
+    "select_copy.int": "XNNPACK has no config for select (x[:, 0])",
+    "squeeze_copy.dims": "XNNPACK has no config for squeeze",
+    "expand_copy.default": "XNNPACK has no config for expand",
+    "mul.Scalar": "XNNPACK's mul config is for mul.Tensor only",
+    # Decomposed attention zeroes the rows whose scores are all -inf, with these:
+    "eq.Scalar": "XNNPACK has no config for comparisons",
+    "any.dim": "XNNPACK has no config for any",
+    "logical_not.default": "XNNPACK has no config for logical ops",
+    "full_like.default": "XNNPACK has no config for full_like",
+    "where.self": "XNNPACK has no config for where",
+    "getitem": "reads one output of a multi-output op; XNNPACK takes only a batch norm's",
 }
 
 
@@ -369,6 +426,11 @@ class CoursePartitioner(Partitioner):
             return None
         if op_name(node.target) in GEMMS:
             return self._gemm(node, op, constants)
+        if op_name(node.target) == BATCH_NORM:
+            weights = [w for w in node.args[1:5] if w is not None]
+            if any(not isinstance(w, Node) or w.name not in constants for w in weights):
+                return None  # XNNPACK folds constants into the conv it makes of the norm
+            return [node, *weights, *node.users]
         if op_name(node.target) in (Q, DQ):
             return [node]
         return [node, *self._int8_pattern(node, op)]

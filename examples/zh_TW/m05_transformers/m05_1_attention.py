@@ -2,20 +2,20 @@
 M05-1 quantizer 在 attention 裡看見什麼
 ========================================
 
-用 ``X86InductorQuantizer`` 的預設設定量化一個小型 vision transformer，有一半會留在浮點數。
+用 ``X86InductorQuantizer`` 的預設設定量化一個小型 Vision Transformer（ViT），有一半會留在浮點數。
 用 ``nn.MultiheadAttention`` 寫的版本，attention 的投影沒有一個拿到 int8 weight；照現代程式碼
-的寫法——分開的 q／k／v ``nn.Linear`` 加上 ``F.scaled_dot_product_attention`` ——投影全部
+的寫法——分開的 q／k／v ``nn.Linear`` 加上 ``F.scaled_dot_product_attention``——投影全部
 都是 int8，但 attention 內部的兩個矩陣乘法依然是浮點數。本課從圖和 quantizer 的原始碼讀出
 原因，讓投影也量化，再跟著圖走進 lowering：eager lowering 不替任何 3-D linear 產生 int8
-運算， ``torch.compile`` 加上凍結則每一個都有；在帶有 class token 的圖上，課程自己的 lowering
-仍然與 torchao 的逐位元相同。
+運算，開啟 freezing 的 ``torch.compile`` 則每一個都有；在帶有 class token 的圖上，課程
+自己的 lowering 仍然與 torchao 的逐位元相同。
 
 **你會學到**
 
 - ``X86InductorQuantizer`` 怎麼找到它要量化的 linear，以及為什麼 ``nn.MultiheadAttention``
   把它的投影藏了起來
 - quantizer 怎麼處理 ``matmul`` 與 ``scaled_dot_product_attention``
-- 為什麼 eager lowering 把 3-D linear 留在浮點數，而 ``torch.compile`` 加上凍結不會
+- 為什麼 eager lowering 把 3-D linear 留在浮點數，而開啟 freezing 的 ``torch.compile`` 不會
 
 **先備知識**： :ref:`M00-3 · 找出 pattern
 <sphx_glr_lessons_m00_graphs_m00_3_finding_patterns.py>`、 :ref:`M03-1 · lowering 之後的圖
@@ -63,7 +63,7 @@ aten, qd = torch.ops.aten, torch.ops.quantized_decomposed
 
 # %%
 # 輔助工具： ``quantized`` 對模型跑一次 PT2E 流程（用 200 張校準影像校準）；
-# ``linears`` 列出圖裡每個 linear node、它來自哪個 module（ ``meta["nn_module_stack"]``
+# ``linears`` 列出圖裡每個 linear node、它來自哪個模組（ ``meta["nn_module_stack"]``
 # 最內層的那一項），以及它的 weight 是不是 int8； ``quantized_block`` 在隨機 token 上單獨
 # 量化一個 encoder block，供畫圖使用，圖中由 ``in_attention`` 挑出屬於 attention 的 node。
 
@@ -76,7 +76,7 @@ def quantized(model, quantizer=None):
 
 
 def linears(gm) -> list[tuple[str, str, str, bool]]:
-    """每個 linear node 的（node、module 路徑、module 類別、weight 是否為 int8）。"""
+    """每個 linear node 的（node、模組路徑、模組類別、weight 是否為 int8）。"""
     rows = []
     for node in gm.graph.find_nodes(op="call_function", target=aten.linear.default):
         path, cls = list(node.meta["nn_module_stack"].values())[-1]
@@ -107,13 +107,13 @@ def show(rows):
 # %%
 # 步驟 1 — 量化兩種寫法，看哪些 linear 拿到 int8
 # ----------------------------------------------
-# 用 ``nn.MultiheadAttention`` 時，每個 block 的兩個 attention linear——打包在一起的
-# 注意力投影（q／k／v 投影和輸出投影）保留浮點 weight；MLP 的 ``fc1`` ／ ``fc2`` 和輸出層是 int8。
+# 用 ``nn.MultiheadAttention`` 時，每個 block 的兩個注意力投影 linear——打包在一起的
+# q／k／v 投影，以及輸出投影——都保留浮點 weight；MLP 的 ``fc1`` ／ ``fc2`` 和輸出層是 int8。
 # 用分開的 linear 時，13 個 linear 全都是 int8。
 
 mha = quantized(get_model("vit_mha"))
 sdpa = quantized(get_model("vit_sdpa"))
-print("nn.MultiheadAttention:")
+print("nn.MultiheadAttention：")
 show(linears(mha))
 float_mha = [(path, cls) for _, path, cls, int8 in linears(mha) if not int8]
 assert float_mha == [
@@ -127,7 +127,7 @@ assert sum(int8 for *_, int8 in linears(mha)) == 5, "兩個 block 的 fc1、fc2 
 # %%
 # 另一種寫法：所有 linear，包括 attention 的投影，都讀取 int8 weight。
 
-print("q/k/v nn.Linear + SDPA:")
+print("q/k/v nn.Linear + SDPA：")
 show(linears(sdpa))
 assert all(int8 for *_, int8 in linears(sdpa)) and len(linears(sdpa)) == 13
 
@@ -157,11 +157,11 @@ assert all(user.target != qd.quantize_per_tensor.default for user in sdpa_node.u
 # 步驟 2 — 原因：quantizer 怎麼找到 linear
 # ----------------------------------------
 # ``X86InductorQuantizer._annotate_linear`` 不直接看 ``aten.linear`` node：它呼叫
-# ``get_source_partitions(graph, [nn.Linear, F.linear])`` ，找出來自 ``nn.Linear`` module
+# ``get_source_partitions(graph, [nn.Linear, F.linear])`` ，找出來自 ``nn.Linear`` 模組
 # 或 ``F.linear`` 呼叫的 node。non-strict 匯出不記錄 ``source_fn_stack`` ，所以
-# ``get_source_partitions`` 退而查看 ``nn_module_stack`` 最內層的 module，只有當那個 module
+# ``get_source_partitions`` 退而查看 ``nn_module_stack`` 最內層的模組，只有當那個模組
 # 的類別是 ``nn.Linear`` 或它的子類別時才保留這個 node。 ``nn.MultiheadAttention`` 把 q／k／v
-# 的 weight 放在同一個參數 ``in_proj_weight`` 裡，而且從不呼叫它的 ``out_proj`` module：
+# 的 weight 放在同一個參數 ``in_proj_weight`` 裡，而且從不呼叫它的 ``out_proj`` 模組：
 # ``F.multi_head_attention_forward`` 讀取 ``out_proj.weight`` ，自己呼叫 ``F.linear`` 。
 # 兩個 linear 都記錄在 ``MultiheadAttention`` 裡，而它不是 ``nn.Linear`` ，所以 quantizer
 # 根本看不到它們。
@@ -174,7 +174,7 @@ found = {
     }
     for label, gm in (("vit_mha", mha), ("vit_sdpa", sdpa))
 }
-print({label: len(nodes) for label, nodes in found.items()}, "個 linear 被找到")
+print({label: len(nodes) for label, nodes in found.items()}, "← 各找到幾個 linear")
 assert len(found["vit_mha"]) == 5 and len(found["vit_sdpa"]) == 13
 in_proj = next(n for n in mha.graph.nodes if n.name == "linear")
 print(in_proj.format_node(), "\n  來自", list(in_proj.meta["nn_module_stack"].values())[-1])
@@ -183,7 +183,7 @@ assert "source_fn_stack" not in in_proj.meta, "non-strict 匯出：沒有 source
 
 # %%
 # ``out_proj`` 「是」 ``nn.Linear`` （子類別 ``NonDynamicallyQuantizableLinear`` ），但這個
-# module 從未被呼叫，所以沒有任何 node 記錄在它裡面。
+# 模組從未被呼叫，所以沒有任何 node 記錄在它裡面。
 
 assert issubclass(nn.modules.linear.NonDynamicallyQuantizableLinear, nn.Linear)
 modules = {path for n in mha.graph.nodes for path, _ in n.meta.get("nn_module_stack", {}).values()}
@@ -192,7 +192,7 @@ assert "blocks.0.attn.out_proj" not in modules and "blocks.0.attn" in modules
 # %%
 # 那 attention 內部的兩個乘積，q·kᵀ 與 v 的加權和呢？quantizer 的配方有兩組運算。
 # ``default_quantizable_ops`` 在 ``set_global`` 之下就會被標註； ``aten.matmul`` 只在較大
-# 的 ``quantizable_ops`` 裡，要依函式或 module 名稱指定時才會標註（M05-3）。
+# 的 ``quantizable_ops`` 裡，要依函式或模組名稱指定時才會標註（M05-3）。
 # ``scaled_dot_product_attention`` 兩組都不在：不論設定為何，這個 quantizer 都不會標註 SDPA。
 # （torchao 0.18 在 ``torchao.prototype.inductor`` 裡有 x86 的 int8 SDPA 融合原型：那是另一條
 # 路，不屬於這個 quantizer。）
@@ -209,7 +209,7 @@ assert aten.scaled_dot_product_attention.default not in ops.quantizable_ops
 # %%
 # 步驟 3 — 讓投影也量化
 # ----------------------
-# quantizer 比對的是 module，那就給它 module：把每個 ``nn.MultiheadAttention`` 換成一個
+# quantizer 比對的是模組，那就給它模組：把每個 ``nn.MultiheadAttention`` 換成一個
 # ``SelfAttention`` ，裡面是分開的 q／k／v linear，weight 相同（把打包的 ``in_proj_weight``
 # 切成三份）。浮點模型算出的函式不變；現在 13 個 linear 全都是 int8。
 
@@ -255,13 +255,13 @@ assert all(a.args[1].args[0].target == qd.dequantize_per_tensor.default for a in
 # 原因：inductor 針對超過二維輸入的 int8 linear 模式，是以包在 ``addmm`` 外面的
 # ``aten.reshape`` 寫成的（ ``torch/_inductor/fx_passes/quantization.py`` 裡的
 # ``_may_generate_pattern_with_reshape`` ），而重新匯出寫下的是 ``aten.view`` 。
-# ``torch.compile`` 在凍結的各個 pass 之前，會先對圖執行 ``view_to_reshape``
+# ``torch.compile`` 在 freezing 的各個 pass 之前，會先對圖執行 ``view_to_reshape``
 # （ ``torch/_inductor/freezing.py`` ）；torchao 的 eager lowering 則沒有。這和 M03-1 裡讓
 # ``small_cnn`` lowering 後的圖執行失敗的，是同一個 ``view`` 。
 #
-# 步驟 5 — torch.compile 加上凍結：每個 linear 都預先打包
-# ----------------------------------------------------------
-# 以凍結（M03-3）編譯 SDPA 模型量化後的第一個 block（來自步驟 1），再數一數 inductor 的
+# 步驟 5 — 開啟 freezing 的 torch.compile：每個 linear 都預先打包
+# ----------------------------------------------------------------
+# 開啟 freezing（M03-3）編譯 SDPA 模型量化後的第一個 block（來自步驟 1），再數一數 inductor 的
 # int8 模式做了什麼：block 的六個 linear——q、k、v、out、fc1、fc2——全都為 oneDNN 預先打包。
 # 編譯要花好幾秒，所以用一個 block 代表整個模型；SDPA 本身仍是浮點 kernel。（只用一個編譯
 # 執行緒：啟動一整組編譯 worker 的時間，比建置這些 kernel 還久。）
@@ -270,10 +270,10 @@ with torch.no_grad():
     simulated_out = sdpa_block(*tokens)
 torch._inductor.config.freezing = True  # 設在整個行程：重新編譯也保有它（m99_3）
 with torch._inductor.config.patch(compile_threads=1), torch.no_grad():
-    with warnings.catch_warnings():  # inductor's own "To copy construct from a tensor" warning
+    with warnings.catch_warnings():  # inductor 自己發出的「To copy construct from a tensor」警告
         warnings.filterwarnings("ignore", message="To copy construct from a tensor")
         compiled_block = torch.compile(sdpa_block, dynamic=False)
-        compiled_out = compiled_block(*tokens).clone()  # 第二次呼叫會傳回同一塊記憶體：留一份複本
+        compiled_out = compiled_block(*tokens).clone()  # 第二次呼叫會回傳同一塊記憶體：留一份副本
     ran = kernels_run(compiled_block, tokens)
 print(ran.summary)
 assert sum(ran.int8.values()) == 6 and not ran.float, "q, k, v, out, fc1, fc2"
@@ -326,8 +326,8 @@ for key, value in lowered.state_dict().items():
 assert torch.equal(mine(*x), lowered(*x)), "輸出相等"
 
 # %%
-# 重點整理
-# --------
+# 小結
+# ----
 # ===============================================  ==============================================
 # 圖中的元素                                       是否 int8？
 # ===============================================  ==============================================
@@ -336,7 +336,7 @@ assert torch.equal(mine(*x), lowered(*x)), "輸出相等"
 # ``matmul``                                       只在指定時（ ``quantizable_ops`` ）
 # ``scaled_dot_product_attention``                 永遠不會
 # 3-D linear，eager lowering                       沒有 oneDNN 運算：是 ``view`` 不是 ``reshape``
-# 3-D linear， ``torch.compile`` 加凍結            預先打包：先執行 ``view_to_reshape``
+# 3-D linear，開 freezing 的 ``torch.compile``     預先打包：先執行 ``view_to_reshape``
 # class token 的 ``expand``                        兩種 lowering 都把它折疊成常數
 # ===============================================  ==============================================
 #
@@ -360,7 +360,7 @@ assert torch.equal(mine(*x), lowered(*x)), "輸出相等"
 #          rows = linears(quantized(get_model("vit_mha"), by_type))
 #          assert sum(int8 for *_, int8 in rows) == 5, "仍然是 5：partition 沒有改變"
 #
-# 2. 給 torchao 的 lowering 一樣 ``torch.compile`` 會給的東西：照它的方式重新匯出
+# 2. 比照 ``torch.compile`` ，先替 torchao 的 lowering 把圖準備好：照它的方式重新匯出
 #    （ ``lowering.reexport`` ），把 view 改成 reshape（ ``lowering.reshape_views`` ），再執行
 #    inductor 的 ``freezing_passes`` 。預測會有幾個 ``qlinear_pointwise`` 運算。
 #

@@ -4,10 +4,10 @@ M06-1 XNNPACK quantizer
 
 PT2E 最早是為 ExecuTorch 打造的，大多數 PT2E 範例用的 quantizer 也是 ExecuTorch 的
 ``XNNPACKQuantizer`` ，而不是本課程到目前為止用的 x86 quantizer。兩者在同一張匯出的圖上寫
-annotation，但服務的是不同的核心程式：XNNPACK 在手機上以 int8 執行整個運算，所以除了輸入也
+annotation，但對應的是不同後端的 kernel：XNNPACK 在手機上以 int8 執行整個運算，所以除了輸入也
 量化輸出、活化值用有號的 int8，並讓 pool 與 reshape 沿用同一組 scale；x86 Inductor 在 CPU
 上做融合，留在浮點數的部分比較多。本課用兩者標註同一個模型，從圖上讀出差異，再確認課程自己的
-``handmade.prepare/convert`` 在 ``XNNPACKQuantizer`` 之下得到的結果逐位元相同。
+``handmade.prepare/convert`` 在 ``XNNPACKQuantizer`` 之下得到的結果與 torchao 逐位元相同。
 
 **你會學到**
 
@@ -29,7 +29,7 @@ annotation，但服務的是不同的核心程式：XNNPACK 在手機上以 int8
 # 準備
 # ----
 # 一個小區塊，具備行動裝置 CNN 常見的結構：conv + relu、max pool、後面接 relu 的殘差
-# ``add`` 、全域平均 pool、flatten 與 linear 分類器。 ``XNNPACKQuantizer`` 與
+# ``add`` 、全域平均池化、flatten 與 linear 分類器。 ``XNNPACKQuantizer`` 與
 # ``get_symmetric_quantization_config`` 來自 ``executorch`` 套件（ ``pip install executorch`` ），
 # 不是 torchao。
 
@@ -145,9 +145,9 @@ for name in ops:
 
 # %%
 # 有三個明顯的差異。XNNPACK 會標註 **輸出** ：conv + relu 這一對的結果是 int8 張量，因為
-# XNNPACK 從頭到尾以整數執行融合後的運算；x86 quantizer 只量化下一個 int8 核心程式要讀的
+# XNNPACK 從頭到尾以整數執行融合後的運算；x86 quantizer 只量化下一個 int8 kernel 要讀的
 # 東西。XNNPACK 的 **活化值是有號的** ，int8，範圍 [-128, 127]；x86 用的是 uint8，範圍
-# [0, 255]（它的 oneDNN 核心程式做 uint8 乘 int8）；兩者都是仿射量化，有 zero point。
+# [0, 255]（它的 oneDNN kernel 做 uint8 乘 int8）；兩者都是仿射量化，有 zero point。
 # 還有 XNNPACK 的 **weight** 用 [-127, 127]：0 的兩側範圍相同，-128 永遠不會出現，把 weight
 # 取負號也不會超出 int8。
 
@@ -164,7 +164,7 @@ assert describe_spec(list(xnn["conv2d"][0].values())[1]) == "int8[-127,127] symm
 # --------------------------------------------------
 # max pool、平均 pool 或 flatten 不會改變輸入的範圍。XNNPACK 給它們
 # ``SharedQuantizationSpec`` ：輸入與輸出共用前一個 node 的 observer，中間就不必重新量化
-# （ ``xnnpack_quantizer_utils.py`` 的 ``propagate_annotation`` 對一份這類運算的清單這麼做）。
+# （ ``xnnpack_quantizer_utils.py`` 的 ``propagate_annotation`` 對清單上的這類運算逐一這麼做）。
 
 shared = [name for name, (_, output) in xnn.items() if describe_spec(output) == "shared"]
 print(f"XNNPACK 沿用輸入 scale 的 node：{shared}")
@@ -253,8 +253,8 @@ assert all(torch.equal(s, torch.ones(1)) for s in weight_scales), "每個 weight
 assert errors["never run"] > 50 * errors["calibrated"], "誤差超過五十倍"
 
 # %%
-# 相較之下，x86 的動態設定量化得更多：兩個 conv、add 與 linear 的輸入都量化。只有它的
-# *lowering* 只處理 linear（M05-2）。
+# 相較之下，x86 的動態設定量化得更多：兩個 conv、add 與 linear 的輸入都量化。不過它的
+# lowering 只處理 linear（M05-2）。
 
 x86_config = get_default_x86_inductor_quantization_config(is_dynamic=True)
 x86_dynamic = converted(X86InductorQuantizer().set_global(x86_config))
@@ -298,7 +298,7 @@ print(f"XNNPACKQuantizer 之下 handmade 與 torchao 相同：{torch.equal(ours(
 #                      （lowering：linear）
 # ===================  ====================  =========================
 #
-# - quantizer 描述的是它的後端的核心程式；annotation 不同，pass 都一樣。
+# - quantizer 描述的是自家後端的 kernel；annotation 不同，pass 都一樣。
 # - 同一套 ``handmade`` pass 在兩者之下都重現了 torchao 的結果。
 #
 # 練習
@@ -338,7 +338,7 @@ print(f"XNNPACKQuantizer 之下 handmade 與 torchao 相同：{torch.equal(ours(
 #
 # 延伸閱讀
 # --------
-# - `Quantization overview（ExecuTorch）
+# - `ExecuTorch：量化總覽
 #   <https://docs.pytorch.org/executorch/stable/quantization-overview.html>`_
 # - `XNNPACK quantizer 原始碼
 #   <https://github.com/pytorch/executorch/tree/main/backends/xnnpack/quantizer>`_

@@ -3,10 +3,10 @@
 =====================================
 
 一個以真實手寫數字訓練的 CNN，走過 PT2E 量化的每一步——匯出、``X86InductorQuantizer``、
-校準、``convert_pt2e``——再由開啟凍結（freezing）的 ``torch.compile`` 換成真正的 int8 運算。
+校準、``convert_pt2e``——再由開啟 freezing 的 ``torch.compile`` 換成真正的 int8 kernel。
 接著和浮點模型比一比：在 500 張沒看過的影像上的準確度、在這顆 CPU 上的速度（附上每個模型
-實際執行的 kernel），以及存檔的大小。這一頁的每一行程式都是課程的一個單元：每個步驟都連到
-講解它的那一課；最後的檢查清單列出讓 int8 不比浮點數快的陷阱。
+實際執行的 kernel），以及存檔的大小。這一頁的每個步驟都對應課程的一個單元，並連到講解它的
+那一課；最後的檢查清單列出讓 int8 不比浮點數快的陷阱。
 
 **你會學到**
 
@@ -23,8 +23,8 @@
 # %%
 # 步驟 1 — 訓練浮點模型
 # ---------------------
-# ``common.data`` 提供 scikit-learn 內附的手寫數字（8×8 像素，不必下載），以及用它們以固定方式
-# 訓練的 CNN；weight 快取在 ``build/`` 底下。
+# ``common.data`` 提供 scikit-learn 內附的手寫數字（8×8 像素，不必下載），以及用它們訓練、結果可
+# 重現的 CNN；weight 快取在 ``build/`` 底下。
 # :ref:`M04-1 · 量測誤差 <sphx_glr_lessons_m04_accuracy_m04_1_measuring_the_error.py>`
 # 用的是窄版（8 到 16 個通道）；這一頁把它加寬八倍（64 與 128 個通道），因為 int8 kernel
 # 一次處理 64 個位元組，太窄的層會讓每個向量大半空著。
@@ -77,9 +77,9 @@ draw(int8_model, highlight=qdq, title="int8 模型：每一層前後都有 quant
 # %%
 # 步驟 3 — 編譯兩個模型，比一比速度
 # ---------------------------------
-# convert 之後的圖只是在「模擬」int8：conv 仍然在 q/dq node 之間用浮點數計算。開啟 **凍結
-# （freezing）** 的 ``torch.compile`` 把 weight 當成常數，inductor 才能把每一組 dq → conv → q
-# 換成 oneDNN 的 int8 運算
+# convert 之後的圖只是在「模擬」int8：conv 仍然在 q/dq node 之間用浮點數計算。開啟 **freezing**
+# 的 ``torch.compile`` 把 weight 當成常數，inductor 才能把每一組 dq → conv → q
+# 換成 oneDNN 的 int8 kernel
 # （:ref:`M03-1 · lowering 之後的圖 <sphx_glr_lessons_m03_lowering_m03_1_lowered_graph.py>`）。
 # ``race`` 以公平計時需要的方式編譯兩個模型（freezing 設在整個行程、在
 # ``torch.no_grad()`` 之下、用計時時的執行緒數；原因見文末的檢查清單），在 500 張測試影像上
@@ -131,7 +131,7 @@ assert abs(int8_accuracy - fp32_accuracy) <= 0.01, "在這裡 int8 最多損失�
 
 
 def saved(model) -> tuple[int, int]:
-    """用 ``torch.export.save`` 存下 ``model`` 的（檔案位元組數, weight 位元組數）。"""
+    """用 ``torch.export.save`` 存下 ``model`` 的（檔案位元組數，weight 位元組數）。"""
     lean, buffer = torch.fx.GraphModule(model, model.graph), io.BytesIO()
     torch.export.save(torch.export.export(lean, (images[:1].clone(),)), buffer)
     entries = zipfile.ZipFile(buffer).infolist()
@@ -149,7 +149,7 @@ assert int8_weights <= 0.3 * fp32_weights, "int8 weight 大約只佔四分之一
 # 小結
 # ----
 # 六個步驟把訓練好的模型變成 int8：匯出、用 quantizer 做 prepare、校準、convert，再開啟
-# freezing 編譯，換成真正的 int8 運算，並確認它們真的執行了。課程的其餘部分逐一打開每個步驟：
+# freezing 編譯，換成真正的 int8 kernel，並確認它們真的執行了。課程其餘的部分逐一拆解每個步驟：
 # 之後的圖長什麼樣子（M00、M01）、怎麼親手做（M02）、編譯器把它變成什麼（M03）、怎麼守住
 # 準確度（M04）。
 #
@@ -163,7 +163,7 @@ assert int8_weights <= 0.3 * fp32_weights, "int8 weight 大約只佔四分之一
 # 2. **把 freezing 設在整個行程**：``torch._inductor.config.freezing = True``，而不是在第一次
 #    呼叫外面包一層 ``config.patch``：區塊外的重新編譯（新的輸入形狀、
 #    ``torch._dynamo.reset()``）不會開 freezing，執行的是浮點數 conv。
-# 3. **在** ``torch.no_grad()`` **之下編譯與執行**：inductor 只在關閉梯度時才會凍結。
+# 3. **在** ``torch.no_grad()`` **之下編譯與執行**：inductor 只在關閉梯度時才會做 freezing。
 # 4. **編譯與計時用同樣的執行緒數**：inductor 會把執行緒數寫進它產生的程式碼。
 # 5. **檢查實際執行的 kernel**：在你要服務的輸入上用 ``common.kernels.kernels_run``
 #    （profiler），而不是 inductor 的計數器，那只描述第一次編譯。

@@ -2,8 +2,8 @@
 疑難排解：匯入與 export
 =======================
 
-量化開始之前就會遇到的錯誤與無聲的意外：從 ``torch.ao`` 搬到 torchao 的匯入、只為一種批次大小
-匯出的圖，以及 non-strict export（``torch.export`` 的預設）沒有記進圖裡的東西。每個條目的標題
+量化開始之前就會遇到的錯誤與不報錯的意外：從 ``torch.ao`` 搬到 torchao 的匯入、只為一種批次大小
+匯出的圖，以及 non-strict 匯出（``torch.export`` 的預設）沒有記進圖裡的東西。每個條目的標題
 是錯誤訊息的第一行原文（或讀者口中的症狀），在本站的環境（torch 2.13、torchao 0.18）上重現它，
 指出原因，以 assert 驗證修正方法，並連到解釋它的那一課。
 
@@ -92,7 +92,7 @@ assert type(quantizer).__module__.startswith("torchao."), "quantizer 來自 torc
 # AssertionError: Guard failed: x.size()[0] == 8
 # ----------------------------------------------
 # 圖以批次大小 8 匯出（或校準），之後卻用 4 呼叫。``torch.export`` 會把沒有宣告為動態的
-# 每個維度固定下來，``.module()`` 最前面的 ``_guards_fn`` node 在任何運算之前先檢查輸入——
+# 每個維度固定下來，``.module()`` 最前面的 ``_guards_fn`` node 在任何運算之前先檢查輸入：
 # 匯出的圖如此，這裡 ``calibrate`` 餵資料的 prepare 後的圖也一樣。訊息裡的數字就是範例的
 # 批次大小，不論是多少：``== 1`` 、``== 32`` ……
 
@@ -166,7 +166,7 @@ assert strict_conv.meta["source_fn_stack"][-1][1] is nn.Conv2d
 # ----------------------------------------------
 # 模型用自己的 weight 呼叫 ``F.conv2d`` ，而不是用 ``nn.Conv2d`` ：``convert_pt2e`` 之後
 # 一個 quantize node 都沒有，也沒有任何錯誤。``X86InductorQuantizer`` 靠產生 conv 的模組或
-# ``source_fn_stack`` 找到 conv；在 non-strict export 下，函式呼叫兩者都沒有。
+# ``source_fn_stack`` 找到 conv；在 non-strict 匯出下，函式呼叫兩者都沒有。
 
 
 class FunctionalConv(nn.Module):
@@ -187,7 +187,7 @@ def quantized(program) -> torch.fx.GraphModule:
 
 
 silent = quantized(torch.export.export(FunctionalConv(), x))
-print(f"non-strict export 之後的 quantize node 數：{quantize_nodes(silent)}")
+print(f"non-strict 匯出之後的 quantize node 數：{quantize_nodes(silent)}")
 assert quantize_nodes(silent) == 0, "什麼都沒量化，也沒有引發任何錯誤"
 
 # %%

@@ -2,7 +2,7 @@
 疑難排解：prepare 與 convert
 ============================
 
-``prepare_pt2e`` 與 ``convert_pt2e`` 的錯誤與無聲的失敗：重複使用的活化函式模組、彼此不相容的
+``prepare_pt2e`` 與 ``convert_pt2e`` 的錯誤與不報錯的失敗：重複使用的活化函式模組、彼此不相容的
 observer 與 spec、沒有校準就 convert 的模型，以及 ``constant_fold`` 處理不了的改圖結果。每個
 條目的標題是錯誤訊息的第一行原文（或讀者口中的症狀），在本站的環境（torch 2.13、torchao 0.18）
 上重現它，指出原因，以 assert 驗證修正方法，並連到解釋它的那一課。
@@ -16,8 +16,8 @@ observer 與 spec、沒有校準就 convert 的模型，以及 ``constant_fold``
 # %%
 # 準備
 # ----
-# ``OneSpecQuantizer`` 用同一個 spec 標註每個 conv 的輸入與輸出：讓條目能替換 spec 或其中
-# observer 的最小 quantizer。
+# ``OneSpecQuantizer`` 用同一個 spec 標註每個 conv 的輸入與輸出。這是最小的 quantizer，方便
+# 各條目替換 spec 或 spec 裡的 observer。
 
 import warnings
 
@@ -135,8 +135,8 @@ assert quantize_nodes(convert_pt2e(prepared)) >= 2, "兩個 conv 都被量化了
 # %%
 # 什麼都沒有被量化（ ``convert_pt2e`` 之後 observer 還留在圖裡）
 # ------------------------------------------------------------------
-# spec 使用 ``torch.ao.quantization`` （PT2E 的舊家）observer 的 quantizer，執行時不會有任何
-# 錯誤。``prepare_pt2e`` 插入這些 observer；``convert_pt2e`` 卻不認得它們是 observer，把它們
+# 如果 quantizer 的 spec 用的是 ``torch.ao.quantization`` （PT2E 的舊家）的 observer，執行時不會
+# 出現任何錯誤。``prepare_pt2e`` 插入這些 observer；``convert_pt2e`` 卻不認得它們是 observer，把它們
 # 留在圖裡，一個 quantize node 也沒有插入。
 
 from torch.ao.quantization.observer import MinMaxObserver as OldMinMaxObserver
@@ -216,7 +216,7 @@ assert len({id(m) for n, m in observers.items() if n.startswith("activation_post
 # UserWarning: must run observer before calling calculate_qparams. Returning default values.
 # ------------------------------------------------------------------------------------------
 # 對從未校準的模型執行 ``convert_pt2e`` 不會引發錯誤：它只發出警告（在 Jupyter 筆記本裡很容易
-# 漏看），並使用 scale 1.0 與 zero point 0——每個活化值都被四捨五入成整數，輸出毫無意義。
+# 漏看），並使用 scale 1.0 與 zero point 0——每個活化值都被捨入成整數，輸出毫無意義。
 
 uncalibrated = prepare_pt2e(export_module(get_model("small_cnn"), x), x86_quantizer())
 with warnings.catch_warnings(record=True) as caught:
@@ -243,18 +243,19 @@ calibrate(calibrated)
 good = convert_pt2e(calibrated)
 errors = {
     name: (m(*x) - reference).abs().max().item()
-    for name, m in [("uncalibrated", garbage), ("calibrated", good)]
+    for name, m in [("未校準", garbage), ("校準後", good)]
 }
 print({name: f"{error:.4f}" for name, error in errors.items()})
-assert errors["calibrated"] < errors["uncalibrated"] / 10, "校準讓 scale 符合資料"
+assert errors["校準後"] < errors["未校準"] / 10, "校準讓 scale 符合資料"
 
 # %%
 # RuntimeError: Node shared_1 target shared references nonexistent attribute shared
 # ---------------------------------------------------------------------------------
 # torchao 的 ``constant_fold`` （ ``convert_pt2e`` 用它把 weight 折疊成 int8 常數）在這種圖上
-# 會失敗：兩個 ``get_attr`` node 讀同一個屬性，而只有其中一個變成無用：它刪掉了屬性，另一個
-# node 卻還在讀（ `pytorch/ao#4420 <https://github.com/pytorch/ao/issues/4420>`_ ）。這種圖來自
-# 改圖，以及其他編譯器的 pass。
+# 會失敗：兩個 ``get_attr`` node 讀同一個屬性，而只有其中一個沒人使用： ``constant_fold``
+# 刪掉了屬性，另一個 node 卻還在讀
+# （ `pytorch/ao#4420 <https://github.com/pytorch/ao/issues/4420>`_ ）。這種圖來自改圖，以及
+# 其他編譯器的 pass。
 
 from torchao.quantization.pt2e.constant_fold import constant_fold
 

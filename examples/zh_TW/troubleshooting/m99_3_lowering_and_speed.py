@@ -120,12 +120,12 @@ print(f"開著梯度：{ran.summary}")
 assert ran.float and not ran.int8, "浮點數 conv，沒有 int8 kernel"
 
 # %%
-# **原因**：inductor 只在關閉梯度時才會凍結（ ``torch/_inductor/compile_fx.py`` ：
+# **原因**：inductor 只在關閉梯度時才會做 freezing（ ``torch/_inductor/compile_fx.py`` ：
 # ``if config.freezing and not torch.is_grad_enabled()`` ）；開著梯度時，它為訓練編譯模型，
 # weight 是輸入，找不到 int8 的樣式，也沒有任何警告。
 #
 # **修正**：在 ``torch.no_grad()`` （或 ``torch.inference_mode()`` ）之下編譯與呼叫。dynamo
-# 的 guard 會檢查梯度模式，所以同一個編譯過的模型會重新編譯，這次有凍結。公平比速度的方法見
+# 的 guard 會檢查梯度模式，所以同一個編譯過的模型會重新編譯，這次有 freezing。公平比速度的方法見
 # :ref:`M03-3 · 量測速度與大小 <sphx_glr_lessons_m03_lowering_m03_3_speed_and_size.py>`。
 
 with torch.no_grad():
@@ -160,7 +160,7 @@ assert packed == 3 and ran.float and not ran.int8, "計數器描述的是第一�
 # **修正**：把 ``torch._inductor.config.freezing = True`` 設在整個行程，用 ``dynamic=False``
 # 編譯（原因見下一個條目），並在你要服務的形狀上用 profiler（ ``common.kernels.kernels_run`` ）
 # 檢查 kernel。``common.timing.race`` 三件事都做了。現在每個新的批次大小會再編譯一次，同樣
-# 有凍結。用 profiler 檢查的方法見
+# 有 freezing。用 profiler 檢查的方法見
 # :ref:`M03-3 · 量測速度與大小 <sphx_glr_lessons_m03_lowering_m03_3_speed_and_size.py>`。
 
 inductor_config.freezing = True
@@ -170,13 +170,14 @@ with torch.no_grad():
     steady(images[:100])
     ran = kernels_run(steady, (images[:100],))
 print(f"freezing 設在整個行程，批次 100：{ran.summary}")
-assert ran.int8 and not ran.float, "重新編譯也有凍結"
+assert ran.int8 and not ran.float, "重新編譯也有 freezing"
 
 # %%
 # AssertionError: expected size 8==8, stride 1==64 at dim=1
 # ---------------------------------------------------------
-# 一個凍結的 int8 模型，以預設的 ``dynamic=None`` 編譯，在第一個批次大小上能執行，換到第二個
-# 就失敗。訊息接著列出其他維度，然後是「Error in op: ... _register_quantized_conv_lowering」。
+# 一個開了 freezing 的 int8 模型，以預設的 ``dynamic=None`` 編譯，在第一個批次大小上能執行，
+# 換到第二個就失敗。訊息接著列出其他維度，然後是
+# 「Error in op: ... _register_quantized_conv_lowering」。
 
 with torch.no_grad():
     dynamic = torch.compile(copy.deepcopy(narrow))
@@ -191,9 +192,10 @@ with expect_error(AssertionError, match="expected size 8==8, stride 1==64 at dim
 # 回傳的卻是 channels-last（NHWC），stride 是 1：inductor 的兩個部分彼此不一致（torch 2.13、
 # torchao 0.18）。
 #
-# **修正**：``torch.compile(model, dynamic=False)`` ：每個批次大小都有自己的、凍結過的程式碼，
-# 如上一個條目所示。只服務少數幾個固定的批次大小，或把輸入補齊到這些大小。``race`` 就是這樣
-# 編譯的（:ref:`M03-3 · 量測速度與大小 <sphx_glr_lessons_m03_lowering_m03_3_speed_and_size.py>`）。
+# **修正**：``torch.compile(model, dynamic=False)`` ：每個批次大小都有自己的程式碼，
+# 同樣經過 freezing，如上一個條目所示。只服務少數幾個固定的批次大小，或把輸入補齊到這些
+# 大小。``race`` 就是這樣編譯的
+# （:ref:`M03-3 · 量測速度與大小 <sphx_glr_lessons_m03_lowering_m03_3_speed_and_size.py>`）。
 
 with torch.no_grad():
     assert steady(images[:37]).shape == (37, 10), "再多一個批次大小，也有它自己的靜態程式碼"
@@ -203,7 +205,7 @@ torch.set_num_threads(threads)
 # %%
 # RuntimeError: view size is not compatible with input tensor\'s size and stride
 # ------------------------------------------------------------------------------
-# 以 ``lower_pt2e_quantized_to_x86`` lowering 的圖，若 int8 conv 之後接著 ``flatten`` ，
+# 以 ``lower_pt2e_quantized_to_x86`` 下放的圖，若 int8 conv 之後接著 ``flatten`` ，
 # 不編譯直接執行就會失敗（torchao 0.18）。訊息後半是：「(at least one dimension spans
 # across two contiguous subspaces). Use .reshape(...) instead.」
 

@@ -153,8 +153,8 @@ assert all(torch.equal(a, b) for a, b in zip(frozen, scales(qat), strict=True)),
 # 在沒有 VNNI 的 CPU 上，int8 結果和模擬的模型不同
 # ------------------------------------------------
 # lowering 後的 int8 模型（真正的 oneDNN kernel）應該和 q/dq 模型只差在捨入。有 VNNI（或 AMX）
-# 時確實如此。沒有 VNNI 時，oneDNN 把一對對 uint8 × int8 乘積加進 16 位元整數，可能無聲地
-# 飽和：部分輸出差了好幾個量化間距。兩種路徑在每台機器上都會顯示：AVX2 的路徑在限制為 AVX2
+# 時確實如此。沒有 VNNI 時，oneDNN 把一對對 uint8 × int8 乘積加進 16 位元整數，可能悄悄
+# 飽和：部分輸出差了好幾格。兩種路徑在每台機器上都會顯示：AVX2 的路徑在限制為 AVX2
 # 的新 Python 裡執行（ ``common.cpu.run_under_isa`` ；結果保存在 ``build/cache/`` ）。
 
 AGREEMENT = """
@@ -179,7 +179,7 @@ def disagreement(reduce_range):
     fresh = example_inputs(8, seed=7)
     return (lowered(*fresh) - simulated(*fresh)).abs().max().item()
 
-result = {"8-bit": disagreement(False), "7-bit (reduce_range)": disagreement(True)}
+result = {"8 位元": disagreement(False), "7 位元（reduce_range）": disagreement(True)}
 """
 
 
@@ -207,9 +207,9 @@ for path, diffs in (("AVX2，無 VNNI", avx2["result"]), ("這顆 CPU", here["re
     print(f"{path:14} 最大 |lowering 後 - 模擬|：{largest}")
 saturation = "不會飽和（有 VNNI）" if describe().vnni else "可能飽和（沒有 VNNI）"
 print(f"這顆 CPU：{saturation}")
-assert avx2["result"]["8-bit"] > 10 * avx2["result"]["7-bit (reduce_range)"], "AVX2 會飽和"
+assert avx2["result"]["8 位元"] > 10 * avx2["result"]["7 位元（reduce_range）"], "AVX2 會飽和"
 if describe().vnni:
-    assert here["result"]["8-bit"] < 0.01, "有 VNNI：只差在捨入"
+    assert here["result"]["8 位元"] < 0.01, "有 VNNI：只差在捨入"
 
 # %%
 # **修正** （在沒有 VNNI 的 CPU 上）：``reduce_range=True`` 把活化值量化成 7 位元（0…127），

@@ -109,8 +109,8 @@ with expect_error(RuntimeError, match="Missing out variants") as caught:
     edge.to_executorch()
 
 # %%
-# **原因**： ``to_executorch()`` 把每個運算換成它的 *out 變體* ，也就是把結果寫進記憶體規劃
-# 好的位置的核心程式，並在這個行程已註冊的核心程式中尋找。portable 核心程式涵蓋 ``aten`` ；
+# **原因**： ``to_executorch()`` 把每個運算換成它的「out 變體」，也就是把結果寫進記憶體規劃
+# 好的位置的 kernel，並在這個行程已註冊的 kernel 中尋找。portable kernel 涵蓋 ``aten`` ；
 # q/dq 運算的 out 變體則在另一個函式庫 ``executorch.kernels.quantized`` 裡，而沒有人載入它。
 # 缺少的運算正好就是圖中的 q/dq 運算：
 
@@ -125,9 +125,9 @@ assert missing == in_graph, "正是圖中的 quantize 與 dequantize 運算，�
 
 # %%
 # **修正**：用 ``XnnpackPartitioner`` 做 lowering：q/dq node 會進入 XNNPACK delegate，由它以
-# int8 張量執行，不會輸出任何 q/dq 核心程式（ :ref:`M06-2 · 下放到 ExecuTorch
+# int8 張量執行，不會輸出任何 q/dq kernel（ :ref:`M06-2 · 下放到 ExecuTorch
 # <sphx_glr_lessons_m06_executorch_m06_2_lowering_to_executorch.py>` ）。若要改在 portable
-# 核心程式上執行 q/dq 圖（逐個運算照 q/dq 模型的算法計算），
+# kernel 上執行 q/dq 圖（逐個運算照 q/dq 模型的算法計算），
 # ``import executorch.kernels.quantized`` 會註冊這些 out 變體。
 
 delegate = lowered(qdq, x)
@@ -135,7 +135,7 @@ assert (run(delegate.buffer, x) - qdq(*x)).abs().max() < 0.05, "XNNPACK：接近
 with contextlib.redirect_stderr(io.StringIO()):
     import executorch.kernels.quantized  # noqa: F401
 portable = edge.to_executorch()
-assert torch.equal(run(portable.buffer, x), qdq(*x)), "portable 核心程式：與 q/dq 模型的值相同"
+assert torch.equal(run(portable.buffer, x), qdq(*x)), "portable kernel：與 q/dq 模型的值相同"
 
 # %%
 # RuntimeError: Missing out variants: {\'torchao::dequantize_affine\'}
@@ -156,7 +156,7 @@ with expect_error(RuntimeError, match="Missing out variants: {'torchao::dequanti
 # %%
 # **原因**： ``quantize_`` 把 weight 換成張量子類別；export 把它的反量化寫成
 # ``torchao.dequantize_affine`` ，這是 torchao 自己的運算，不是 PT2E 的 ``quantized_decomposed``
-# 運算，而沒有任何 ExecuTorch 核心程式庫提供它的 out 變體。
+# 運算，而沒有任何 ExecuTorch 的 kernel 函式庫提供它的 out 變體。
 
 ops = {str(n.target) for n in weight_only_program.graph.nodes if n.op == "call_function"}
 print(sorted(ops))
@@ -244,7 +244,7 @@ assert torch.equal(run(lowered(good, rows).buffer, rows), good(*rows)), "它能�
 # %%
 # 方法一執行就發生區段錯誤（segmentation fault）
 # ----------------------------------------------
-# 一個腳本用一行載入 ``.pte`` 並執行它；行程結束了，沒有任何 Python traceback，是區段錯誤——
+# 一個腳本用一行載入 ``.pte`` 並執行它；行程結束了，沒有任何 Python traceback，是區段錯誤。
 # 大多數時候如此：已釋放的記憶體裡還留著什麼，每次都不一樣，有些次會像什麼事都沒有一樣跑完。
 # 本頁在子行程裡執行這個腳本，只讓子行程結束，直到它結束為止（最多十二次）；回傳碼是結束它的
 # 訊號的負值，-11（ ``SIGSEGV`` ），有時是 -6（ ``SIGABRT`` ）。

@@ -14,7 +14,7 @@ add 都留在浮點數，XNNPACK 只留下 SDPA。
 
 - 對任何匯出的模型，怎麼讀出 quantizer 把哪些計算運算留在浮點數、原因是什麼
 - 為什麼重複使用的活化模組會讓 ``X86InductorQuantizer`` 失敗，以及怎麼修
-- x86 與 XNNPACK 兩個 quantizer 在 CNN 與 transformer 上有哪些不同
+- x86 與 XNNPACK 兩個 quantizer 在 CNN 與 Transformer 上有哪些不同
 
 **先備知識**： :ref:`M00-3 · 找出 pattern
 <sphx_glr_lessons_m00_graphs_m00_3_finding_patterns.py>`、 :ref:`M05-1 · quantizer 在
@@ -202,7 +202,7 @@ assert "_same_shape(node.args[0], node.args[1])" in source
 assert torch.ops.aten.mul.Tensor in x86_inductor_quantizer.default_quantizable_ops
 
 # %%
-# 步驟 4 — 一層 transformer：角色對調
+# 步驟 4 — 一層 Transformer：角色對調
 # -----------------------------------
 # ``nn.TransformerEncoderLayer`` （寬度 64、4 個 head、 ``batch_first=True`` ）。x86 把
 # attention 的兩個 linear 留在浮點數——它們是 ``nn.MultiheadAttention`` 裡的 ``F.linear``
@@ -244,8 +244,8 @@ with expect_error(AttributeError, match="get_quantizer_info"):
 assert not any(hasattr(q, "get_quantizer_info") for q in (x86_quantizer(), xnnpack_quantizer()))
 
 # %%
-# 重點整理
-# --------
+# 小結
+# ----
 # ==================================  ========================  ===========================
 # 計算運算                            x86                       XNNPACK
 # ==================================  ========================  ===========================

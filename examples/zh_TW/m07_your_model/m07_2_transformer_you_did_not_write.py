@@ -7,7 +7,7 @@ M07-2 不是你寫的 transformer
 留在浮點數。把每一層的 ``self_attn`` 換成一個可直接替換的 attention 模組：呼叫方式和
 ``nn.MultiheadAttention`` 相同，也有這一層會讀取的屬性，它的 q／k／v 與輸出投影是四個從 MHA
 的 weight 載入的 ``nn.Linear`` 。浮點 encoder 算出相同的輸出，十二個 linear 全都拿到 int8
-weight，static 與 dynamic 皆然；以凍結編譯之後，兩個 int8 encoder 都執行 oneDNN 的 int8
+weight，靜態與動態皆然；開啟 freezing 編譯之後，兩個 int8 encoder 都執行 oneDNN 的 int8
 kernel，沒有留下任何浮點 linear。
 
 **你會學到**
@@ -151,7 +151,7 @@ def swap_attention(model: nn.TransformerEncoder) -> nn.TransformerEncoder:
 def quantized(model, *, dynamic=False):
     config = get_default_x86_inductor_quantization_config(is_dynamic=dynamic)
     prepared = prepare_pt2e(export_module(model, x), X86InductorQuantizer().set_global(config))
-    prepared(*x)  # 校準：一個批次（dynamic 設定在這裡不觀察任何東西）
+    prepared(*x)  # 校準：一個批次（動態設定在這裡不觀察任何東西）
     return convert_pt2e(prepared)
 
 
@@ -240,9 +240,9 @@ for kwargs in ({}, {"mask": causal, "is_causal": True}, {"src_key_padding_mask":
     torch.testing.assert_close(ours(*x, **kwargs), encoder(*x, **kwargs), rtol=0, atol=1e-5)
 
 # %%
-# 步驟 4 — 每個 linear 都是 int8，static 與 dynamic
-# -------------------------------------------------
-# 我們的 encoder 的報告：十二個 linear（每層的 q、k、v、out 與兩個前饋層），在 static 設定
+# 步驟 4 — 每個 linear 都是 int8，靜態與動態皆然
+# -----------------------------------------------
+# 我們的 encoder 的報告：十二個 linear（每層的 q、k、v、out 與兩個前饋層），在靜態設定
 # 與 ``is_dynamic=True`` 下全都是 int8。attention 的 SDPA 與殘差 add 留在浮點數，原因如報告
 # 所列。
 
@@ -254,14 +254,14 @@ for dynamic in (False, True):
 
 # %%
 # 從 convert 之後的圖獨立再數一次：每個 linear 都經由 ``dequantize_per_channel`` 讀取 int8
-# weight；static 模型的活化值經由 ``dequantize_per_tensor.default`` 而來（scale 在校準時
-# 固定），dynamic 模型的則經由 ``dequantize_per_tensor.tensor`` （scale 由
+# weight；靜態模型的活化值經由 ``dequantize_per_tensor.default`` 而來（scale 在校準時
+# 固定），動態模型的則經由 ``dequantize_per_tensor.tensor`` （scale 由
 # ``choose_qparams`` 逐批次計算）。
 
 static, dynamic = quantized(ours), quantized(ours, dynamic=True)
 for label, gm, dq in (
-    ("static", static, qd.dequantize_per_tensor.default),
-    ("dynamic", dynamic, qd.dequantize_per_tensor.tensor),
+    ("靜態", static, qd.dequantize_per_tensor.default),
+    ("動態", dynamic, qd.dequantize_per_tensor.tensor),
 ):
     linears = gm.graph.find_nodes(op="call_function", target=aten.linear.default)
     print(f"{label}：{int8_linears(gm)} 個 linear 讀取 int8 weight（共 {len(linears)} 個）")
@@ -269,7 +269,7 @@ for label, gm, dq in (
     assert all(n.args[0].target == dq for n in linears), f"{label} 的活化值是 int8"
 
 # %%
-# 我們的第一層，static 量化：六個 linear，每個都接在 dequantize node 之後。
+# 我們的第一層，靜態量化：六個 linear，每個都接在 dequantize node 之後。
 
 ours_first = quantized(ours.layers[0])
 draw(ours_first, highlight=attention_linears(ours_first), title="Attention：int8 的 q、k、v、out")
@@ -278,31 +278,31 @@ assert len(attention_linears(ours_first)) == 4 and int8_linears(ours_first) == 6
 # %%
 # 步驟 5 — 讓它們賽跑，再讀 kernel
 # --------------------------------
-# ``race`` （M03-3）在計時用的執行緒數下以凍結編譯每個模型，並讀出各自執行了哪些 kernel。
+# ``race`` （M03-3）在計時用的執行緒數下開啟 freezing 編譯每個模型，並讀出各自執行了哪些 kernel。
 # 兩個 int8 encoder 的十二個 linear 都執行 oneDNN 的 int8 linear，沒有任何浮點 linear
 # kernel（ ``aten::addmm`` 、MKL 或 oneDNN 的浮點 linear）。時間是這台機器的，只印出、從不
 # assert。有 VNNI 時 int8 的幾列比較快，但不到 M03-3 那個 4× 上限，因為 attention、layer
 # norm 與活化值的量化仍是浮點數；沒有 VNNI（AVX2）時，oneDNN 的 int8 linear 可能輸給 fp32
 # （M03-3）。表格下方的 CPU 說明這一頁是在哪一種情況下建置的。
 
-timings = race({"fp32": export_module(ours, x), "int8 static": static, "int8 dynamic": dynamic}, x)
+timings = race({"fp32": export_module(ours, x), "int8 靜態": static, "int8 動態": dynamic}, x)
 print(timings.table())
-for label in ("int8 static", "int8 dynamic"):
+for label in ("int8 靜態", "int8 動態"):
     ran = timings.kernels[label]
     assert ran.int8["onednn::qlinear_pointwise"] == 12, f"{label}：執行了 12 個 int8 linear"
     assert not ran.float, f"{label}：沒有留下浮點 linear"
 
 # %%
-# 重點整理
-# --------
+# 小結
+# ----
 # ==========================================  ==============================================
 # encoder                                     int8 linear（x86）
 # ==========================================  ==============================================
 # 原樣（ ``nn.MultiheadAttention`` ）         8 個中 4 個：attention 的是 ``F.linear`` 呼叫
-# 換上 ``Attention`` ，static                 12 個中 12 個，weight 與活化值都是 int8
-# 換上 ``Attention`` ，dynamic                12 個中 12 個，活化值逐批次決定 scale
+# 換上 ``Attention`` ，靜態                   12 個中 12 個，weight 與活化值都是 int8
+# 換上 ``Attention`` ，動態                   12 個中 12 個，活化值逐批次決定 scale
 # 浮點輸出，我們的與原本的                    相差在 1e-5 內（快速路徑），有 mask 也一樣
-# 以凍結編譯                                  只有 oneDNN int8 linear，沒有浮點 linear
+# 開啟 freezing 編譯                          只有 oneDNN int8 linear，沒有浮點 linear
 # ==========================================  ==============================================
 #
 # 可直接替換的模組需要 MHA 的呼叫方式、它的回傳值 ``(output, weights)`` ，以及這一層與
@@ -365,6 +365,6 @@ for label in ("int8 static", "int8 dynamic"):
 #
 # 下一課
 # ------
-# M07 到此結束。網站首頁的課程地圖列出了所有模組；
+# M07 到此結束。網站首頁的課程地圖列出了所有單元；
 # :ref:`疑難排解 <sphx_glr_lessons_troubleshooting_m99_2_prepare_and_convert.py>` 的條目從
 # 你自己的模型可能引發的錯誤出發。

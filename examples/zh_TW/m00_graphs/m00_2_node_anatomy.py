@@ -115,7 +115,7 @@ assert flatten.target.overloadpacket == torch.ops.aten.flatten, (
 # --------------------------------------
 # ``args`` 依運算子 schema 的順序排列。有些項目是其他 node（也就是張量），
 # 有些是直接寫進圖裡的 Python 常數（stride 與 padding）。
-# 維持預設值的參數（``dilation``、``groups``）就乾脆不寫。
+# 維持預設值的引數（``dilation``、``groups``）就乾脆不寫。
 
 schema_args = conv.target._schema.arguments
 for argument, value in zip(schema_args, conv.args, strict=False):
@@ -197,7 +197,7 @@ for node, real in interpreter.env.items():
         )
 
 # %%
-# 注意 ``meta["val"]`` 裡的批次大小是 2，也就是範例輸入的 batch：
+# 注意 ``meta["val"]`` 裡的批次大小是 2，也就是範例輸入的批次：
 # 這正是 ``_guards_fn`` 檢查的那個固定下來的大小（M00-1）。
 
 assert nodes["linear"].meta["val"].shape == (x.shape[0], 10), "批次大小 2，和匯出時一樣"
@@ -282,7 +282,7 @@ assert strict_conv.meta["source_fn_stack"][-1][1] is torch.nn.Conv2d, "strict �
 #          lin = {n.name: n for n in export_module(get_model("linear_relu"), (x,)).graph.nodes}
 #          assert [n.op for n in lin.values()].count("get_attr") == 2, "weight 與 bias"
 #          assert lin["flatten"].target == torch.ops.aten.flatten.using_ints, "torch.flatten(x, 1)"
-#          assert lin["linear"].meta["val"].shape == (2, 10), "batch 2，10 個輸出"
+#          assert lin["linear"].meta["val"].shape == (2, 10), "批次 2，10 個輸出"
 #
 # 2. 再匯出一次 ``small_cnn``，這次讓批次大小是動態的：
 #    ``dynamic_shapes=({0: torch.export.Dim("batch")},)``。預測 ``flatten`` 的
@@ -325,7 +325,7 @@ assert strict_conv.meta["source_fn_stack"][-1][1] is torch.nn.Conv2d, "strict �
 # --------
 # - `torch.fx <https://docs.pytorch.org/docs/stable/fx.html>`_：``Node`` 類別與它的欄位。
 # - `torch.export <https://docs.pytorch.org/docs/stable/export.html>`_：它產生的 IR，
-#   以及記在 node 上的 metadata。
+#   以及記在 node 上的中繼資料。
 # - :ref:`疑難排解：匯入與 export
 #   <sphx_glr_lessons_troubleshooting_m99_1_imports_and_export.py>`：同樣的錯誤，依錯誤訊息查
 #

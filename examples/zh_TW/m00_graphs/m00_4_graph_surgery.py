@@ -23,7 +23,7 @@ M00-4 改圖：PT2E 會用到的 torch.fx 圖操作
 
 .. note::
    六個步驟都原地修改同一個 ``gm``。在 Jupyter 筆記本裡請由上而下依序執行；
-   跳著執行或重跑某一格，圖就會和說明對不上。要重來，就重新啟動 kernel，從頭執行。
+   跳著執行或重跑某個儲存格，圖就會和說明對不上。要重來，就重新啟動 kernel，從頭執行。
 """
 
 # SPDX-License-Identifier: BSD-3-Clause
@@ -185,7 +185,7 @@ assert not hasattr(gm, "scale_out"), "模組也一併移除了"
 draw_diff(before, gm, title="步驟 4：scale_out 換成 aten.mul")
 
 # %%
-# ``mul_tensor`` 的第二個參數 ``2.0`` 是直接寫在 ``args`` 裡的 Python 常數；
+# ``mul_tensor`` 的第二個引數 ``2.0`` 是直接寫在 ``args`` 裡的 Python 常數；
 # 它不是 node，所以圖上看不到。
 
 print(f"mul.args = {mul.args}")
@@ -194,7 +194,7 @@ assert mul.args == (relu, 2.0), "2.0 是 args 裡的常數，不是 node"
 # %%
 # 步驟 5 — 把張量常數放進圖裡
 # -------------------------------
-# Python 數字可以直接寫進參數，per-tensor 的 scale／zero point 就是這樣存的（M01 會看到）。
+# Python 數字可以直接寫進引數，per-tensor 的 scale／zero point 就是這樣存的（M01 會看到）。
 # 張量常數（例如 per-channel 的 scale）則要先用 ``register_buffer`` 註冊，
 # 再由 ``get_attr`` node 讀出來。
 
@@ -283,7 +283,7 @@ with torch.no_grad():
 #                       ``replace_all_uses_with(delete_user_cb=...)``
 # observer → q/dq       ``inserting_before`` + ``call_function`` + ``replace_all_uses_with``
 #                       + ``erase_node`` （+ ``delete_submodule``）
-# 存 scale／zero point  Python 常數寫在參數裡，或 ``register_buffer`` + ``get_attr``
+# 存 scale／zero point  Python 常數寫在引數裡，或 ``register_buffer`` + ``get_attr``
 # 收尾                  ``eliminate_dead_code`` （留下 ``is_impure()`` 標記的 node）、
 #                       ``lint``、``recompile``
 # ====================  ==================================================================
@@ -364,5 +364,5 @@ with torch.no_grad():
 #
 # 下一課
 # ------
-# M01 模組開始讀 torchao 產生的圖：
+# M01 單元開始讀 torchao 產生的圖：
 # :ref:`M01-1 · PT2E 全流程 <sphx_glr_lessons_m01_quantized_graphs_m01_1_pt2e_flow.py>`。

@@ -30,7 +30,7 @@ int8。本課用 torchao 的 ``X86InductorQuantizer`` 在 ``small_cnn`` 上走�
 # ``prepare_pt2e`` 和 ``convert_pt2e`` 來自 torchao，要從
 # ``torchao.quantization.pt2e.quantize_pt2e`` 匯入。``x86_quantizer()`` 是公開的
 # ``X86InductorQuantizer`` 加上預設的靜態量化設定；``calibrate`` 會餵進四批、每批八張的
-# 固定圖片。``Q`` 是 q/dq op 所在的命名空間。
+# 固定影像。``Q`` 是 q/dq op 所在的命名空間。
 
 import copy
 from collections import Counter
@@ -82,7 +82,7 @@ def node_named(gm, name):
 # %%
 # 步驟 1 — 匯出浮點模型
 # ----------------------
-# 匯出的圖算出來的結果和 eager 模型一模一樣。匯出時用一批八張圖片，和之後 ``calibrate``
+# 匯出的圖算出來的結果和 eager 模型一模一樣。匯出時用一批八張影像，和之後 ``calibrate``
 # 餵的批次大小相同，因為 ``torch.export`` 會把批次大小記成 guard：四張一批就會被拒絕。
 
 exported = export_module(model, x)
@@ -91,7 +91,7 @@ with torch.no_grad():
     assert torch.equal(exported(*x), reference), "同樣的 aten op，同樣的數字"
     with expect_error(AssertionError, match="Guard failed"):
         exported(*example_inputs(4))
-stages = {"exported": census(exported)}
+stages = {"export": census(exported)}
 draw(exported, highlight=["batch_norm"], title="步驟 1：匯出的浮點圖")
 
 # %%
@@ -104,7 +104,7 @@ given = export_module(model, x)
 prepared = prepare_pt2e(given, x86_quantizer())
 assert prepared.graph is given.graph, "prepare_pt2e 改的就是傳進去的那張圖"
 observers = [node for node in prepared.graph.nodes if is_observer(prepared, node)]
-stages["prepared"] = census(prepared)
+stages["prepare"] = census(prepared)
 draw_diff(exported, prepared, title="步驟 2：prepare_pt2e 之後")
 
 # %%
@@ -205,14 +205,14 @@ assert input_observer.min_val == float("inf"), "還沒看過資料的 observer�
 
 # %%
 # ``calibrate`` 依序餵進 ``example_inputs(8, seed=i)``，i = 0..3。輸入 ``x`` 上的
-# observer 現在記著這 32 張圖片的最小值和最大值，一點不差。
+# observer 現在記著這 32 張影像的最小值和最大值，一點不差。
 
 calibrate(prepared)
 seen = torch.cat([example_inputs(8, seed=seed)[0] for seed in range(4)])
 low, high = input_observer.min_val, input_observer.max_val
 print(f"校準後：min_val={low:.6f}, max_val={high:.6f}")
-assert torch.equal(input_observer.min_val, seen.min()), "所有校準圖片的最小值"
-assert torch.equal(input_observer.max_val, seen.max()), "所有校準圖片的最大值"
+assert torch.equal(input_observer.min_val, seen.min()), "所有校準影像的最小值"
+assert torch.equal(input_observer.max_val, seen.max()), "所有校準影像的最大值"
 
 # %%
 # 步驟 4 — convert_pt2e：observer 變成 q/dq node
@@ -224,7 +224,7 @@ assert torch.equal(input_observer.max_val, seen.max()), "所有校準圖片的�
 to_convert = copy.deepcopy(prepared)
 converted = convert_pt2e(to_convert)
 assert converted.graph is to_convert.graph, "convert_pt2e 改的也是傳進去的那張圖"
-stages["converted"] = census(converted)
+stages["convert"] = census(converted)
 draw_diff(prepared, converted, title="步驟 4：convert_pt2e 之後")
 
 # %%
@@ -235,7 +235,7 @@ draw_diff(prepared, converted, title="步驟 4：convert_pt2e 之後")
 
 on_weights = sum(obs.args[0].op == "get_attr" for obs in observers)
 on_activations = len(observers) - on_weights
-counts = stages["converted"]
+counts = stages["convert"]
 print(dict(counts))
 assert counts["observer"] == 0, "observer 一個都不剩"
 assert counts["quantize_per_tensor"] == counts["dequantize_per_tensor"] == on_activations, (
@@ -244,7 +244,7 @@ assert counts["quantize_per_tensor"] == counts["dequantize_per_tensor"] == on_ac
 assert counts["dequantize_per_channel"] == on_weights and counts["quantize_per_channel"] == 0, (
     "每個 weight observer 變成一個 dequantize_per_channel，weight 不再有 quantize"
 )
-assert counts["nodes"] == stages["prepared"]["nodes"] + on_activations + 2 * on_weights, (
+assert counts["nodes"] == stages["prepare"]["nodes"] + on_activations + 2 * on_weights, (
     "每個活化值 observer 多一個 node，每個 weight observer 多兩個"
 )
 
@@ -308,7 +308,7 @@ print(f"convert 後模型花的時間是浮點模型的 {slower:.1f} 倍")
 # 用同一組校準好的 observer 再 convert 一次，圖上標出和步驟 4 預設的圖不同之處：
 
 unfolded = convert_pt2e(copy.deepcopy(prepared), fold_quantize=False)
-stages["unfolded"] = census(unfolded)
+stages["fold=False"] = census(unfolded)
 draw_diff(converted, unfolded, title="步驟 7：convert_pt2e(..., fold_quantize=False)")
 
 # %%
@@ -320,8 +320,8 @@ conv_dq = node_named(converted, "conv2d").args[1]
 folded_weight = getattr(converted, conv_dq.args[0].target)
 print(f"fold_quantize=False：{unfolded.conv.weight.dtype}，{unfolded.conv.weight.nbytes} 位元組")
 print(f"fold_quantize=True： {folded_weight.dtype}，{folded_weight.nbytes} 位元組")
-assert stages["unfolded"]["quantize_per_channel"] == on_weights, "每個 weight 一個 quantize"
-assert stages["unfolded"]["nodes"] == stages["converted"]["nodes"] + on_weights, (
+assert stages["fold=False"]["quantize_per_channel"] == on_weights, "每個 weight 一個 quantize"
+assert stages["fold=False"]["nodes"] == stages["convert"]["nodes"] + on_weights, (
     "每個 weight 多一個 node"
 )
 assert folded_weight.dtype == torch.int8, "折疊後的 weight 是 int8"

@@ -26,7 +26,7 @@ histogram observer 則先搜尋一個較窄的範圍，犧牲少數被截掉的�
 # 準備
 # ----
 # observer 定義在 ``torchao.quantization.pt2e.observer``。資料是真的：``small_cnn`` 的 conv
-# 接 BatchNorm、還沒經過 ReLU 的輸出，輸入是 M01-1 的四批校準資料，共 4 × 8 張圖片，
+# 接 BatchNorm、還沒經過 ReLU 的輸出，輸入是 M01-1 的四批校準資料，共 4 × 8 張影像，
 # 每張 8 個通道 × 16 × 16，總計 65,536 個值。
 
 import matplotlib.pyplot as plt

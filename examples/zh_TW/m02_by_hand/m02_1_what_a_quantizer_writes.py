@@ -333,7 +333,7 @@ draw(quantized, highlight=qdq, title="步驟 7：torchao 的 convert_pt2e 搭配
 #          none_shared = prepare_pt2e(export_module(get_model("small_cnn"), x), NoImplicitSharing())
 #          calls = observer_calls(none_shared)
 #          distinct = {id(none_shared.get_submodule(n.target)) for n in calls}
-#          print(len(calls), "次呼叫，", len(distinct), "個 observer")
+#          print(len(calls), "次呼叫，分屬", len(distinct), "個 observer")
 #          assert (len(calls), len(distinct)) == (10, 8), "pool、flatten、linear 的輸入各有自己的"
 #
 # 3. 把 ``X86InductorQuantizer`` 的便條交給 torchao 的 ``prepare_pt2e``
@@ -353,9 +353,8 @@ draw(quantized, highlight=qdq, title="步驟 7：torchao 的 convert_pt2e 搭配
 # %%
 # 延伸閱讀
 # --------
-# - `PT2E Quantization <https://docs.pytorch.org/ao/stable/pt2e_quantization/index.html>`__
-#   （torchao）
-# - `How to write a Quantizer for PyTorch 2 Export Quantization
+# - `PT2E 量化總覽（torchao） <https://docs.pytorch.org/ao/stable/pt2e_quantization/index.html>`__
+# - `為 PT2E 量化撰寫 quantizer（PyTorch 教學）
 #   <https://docs.pytorch.org/tutorials/prototype/pt2e_quantizer.html>`__
 # - :ref:`M05-1 · quantizer 在 attention 裡看見什麼
 #   <sphx_glr_lessons_m05_transformers_m05_1_attention.py>`：同一個問題放到 Transformer 上

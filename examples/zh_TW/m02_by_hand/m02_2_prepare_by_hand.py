@@ -298,9 +298,8 @@ print("handmade.prepare(...).code == prepare_pt2e(...).code:", packaged.code == 
 # %%
 # 延伸閱讀
 # --------
-# - `torch.fx: inserting and replacing nodes <https://docs.pytorch.org/docs/stable/fx.html>`__
-# - `PT2E Quantization <https://docs.pytorch.org/ao/stable/pt2e_quantization/index.html>`__
-#   （torchao）
+# - `torch.fx：插入與替換 node（PyTorch） <https://docs.pytorch.org/docs/stable/fx.html>`__
+# - `PT2E 量化總覽（torchao） <https://docs.pytorch.org/ao/stable/pt2e_quantization/index.html>`__
 
 # %%
 # **下一課**：:ref:`M02-3 · 親手做 convert <sphx_glr_lessons_m02_by_hand_m02_3_convert_by_hand.py>`

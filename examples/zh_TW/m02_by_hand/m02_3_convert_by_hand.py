@@ -383,9 +383,8 @@ publish("bit_exact_cases", cases)
 # %%
 # 延伸閱讀
 # --------
-# - `torch.fx: Graph and GraphModule <https://docs.pytorch.org/docs/stable/fx.html>`__
-# - `PT2E Quantization <https://docs.pytorch.org/ao/stable/pt2e_quantization/index.html>`__
-#   （torchao）
+# - `torch.fx：Graph 與 GraphModule（PyTorch） <https://docs.pytorch.org/docs/stable/fx.html>`__
+# - `PT2E 量化總覽（torchao） <https://docs.pytorch.org/ao/stable/pt2e_quantization/index.html>`__
 # - :ref:`疑難排解：prepare 與 convert
 #   <sphx_glr_lessons_troubleshooting_m99_2_prepare_and_convert.py>`：同樣的錯誤，依錯誤訊息查
 

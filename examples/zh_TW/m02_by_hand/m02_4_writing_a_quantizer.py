@@ -523,7 +523,7 @@ assert torch.equal(strict[0](*fresh), strict[1](*fresh)), "strict 匯出：可�
 #
 # 延伸閱讀
 # --------
-# - `How to Write a Quantizer for PyTorch 2 Export Quantization
+# - `為 PT2E 量化撰寫 quantizer（PyTorch 教學）
 #   <https://docs.pytorch.org/tutorials/prototype/pt2e_quantizer.html>`_
 # - `torch.export <https://docs.pytorch.org/docs/stable/export.html>`_ （strict 與 non-strict）
 # - :ref:`M06-1 · XNNPACK quantizer

@@ -132,7 +132,7 @@ assert (linear.args[9], linear.args[10]) == (torch.float32, "none")
 # -----------------------------
 # weight 參數（ ``args[3]`` ）是一個 ``get_attr`` ，讀的是 lowering 時由
 # ``onednn.qconv_prepack`` ／ ``qlinear_prepack`` 做好一次的常數：和 q/dq 圖的
-# ``_frozen_param`` weight 是同樣的 int8 數字，但經過 **預先打包（prepack）** ——重新排列成
+# ``_frozen_param`` weight 是同樣的 int8 數字，但經過 **預先打包（prepack）**——重新排列成
 # oneDNN 的分塊記憶體配置（ ``torch._mkldnn`` ），linear 的則轉置存放。 ``to_dense()``
 # 可以把數字讀回來。
 
@@ -204,7 +204,7 @@ assert y_int8.shape == y_simulated.shape
 # 在沒看過的影像上，以量化格（step）為單位比較 conv 的 uint8 輸出。只要 oneDNN 在 int32 裡
 # 精確地加總整數乘積，再重新量化（乘上輸入與 weight 的 scale、加上 bias、套用 relu、捨入），
 # 兩者最多差 1 格：模擬用浮點數做同樣的事，剛好落在半格上的捨入可能偏向另一邊。加總是否
-# 精確取決於 CPU，接下來幾格會說明。輸出的 SQNR（ ``common.numerics.sqnr`` ，M04-1 會推導它）
+# 精確取決於 CPU，下面幾段會說明。輸出的 SQNR（ ``common.numerics.sqnr`` ，M04-1 會推導它）
 # 則以分貝表示整體的差距。
 
 fresh = example_inputs(8, seed=123)
@@ -285,7 +285,7 @@ x, fresh = example_inputs(8), example_inputs(8, seed=123)
 
 
 def output_of(gm, name):
-    run = torch.fx.Interpreter(gm, garbage_collect_values=False)  # keeps every node's value
+    run = torch.fx.Interpreter(gm, garbage_collect_values=False)  # 保留每個 node 的值
     run.run(*fresh)
     return next(value for node, value in run.env.items() if node.name == name).int()
 
@@ -395,9 +395,10 @@ for path, (vnni, full, seven) in rows.items():
 #
 # 延伸閱讀
 # --------
-# - `PyTorch 2 Export Quantization with X86 Backend through Inductor
+# - `透過 Inductor 使用 x86 後端的 PT2E 量化（torchao）
 #   <https://docs.pytorch.org/ao/stable/tutorials_source/pt2e_quant_x86_inductor.html>`_
-# - `torch.fx Interpreter <https://docs.pytorch.org/docs/stable/fx.html#the-interpreter-pattern>`_
+# - `torch.fx 的 Interpreter 模式（PyTorch）
+#   <https://docs.pytorch.org/docs/stable/fx.html#the-interpreter-pattern>`_
 # - :ref:`疑難排解：lowering 與速度
 #   <sphx_glr_lessons_troubleshooting_m99_3_lowering_and_speed.py>`：同樣的錯誤，依錯誤訊息查
 # - :ref:`疑難排解：準確度、eval 與 QAT

@@ -245,7 +245,7 @@ with expect_error(NotImplementedError, match="linear + add"):
 #          )
 #          assert ops(mine) == ops(theirs) and torch.equal(mine(*fresh), theirs(*fresh))
 #
-# 2. 在一份新的複本上跳過步驟 4 （``fuse_post_ops``）。預測：這張圖還是 torchao 的圖嗎？
+# 2. 在一份新的副本上跳過步驟 4 （``fuse_post_ops``）。預測：這張圖還是 torchao 的圖嗎？
 #    conv 的 uint8 輸出現在和 torchao 的最多差幾階？
 #
 #    .. dropdown:: 解答
@@ -286,8 +286,8 @@ with expect_error(NotImplementedError, match="linear + add"):
 #
 # 延伸閱讀
 # --------
-# - `torch.fx: graph manipulation <https://docs.pytorch.org/docs/stable/fx.html>`_
-# - `PyTorch 2 Export Quantization with X86 Backend through Inductor
+# - `torch.fx：改寫圖（PyTorch） <https://docs.pytorch.org/docs/stable/fx.html>`_
+# - `透過 Inductor 使用 x86 後端的 PT2E 量化（torchao）
 #   <https://docs.pytorch.org/ao/stable/tutorials_source/pt2e_quant_x86_inductor.html>`_
 #
 # 下一課

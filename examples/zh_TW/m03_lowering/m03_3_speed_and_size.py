@@ -4,7 +4,7 @@ M03-3 量測速度與大小
 
 量化多半是為了速度和大小。q/dq 圖已經帶來了大小（它的 weight 以 int8 儲存），卻沒有帶來
 速度：它的 conv 仍以浮點數計算，前後還夾著 quantize 與 dequantize。本課在三種設定下計時
-同一個模型——eager、編譯、開啟 **凍結（freezing）** 的編譯——每種設定裡浮點數與 int8 並排，
+同一個模型——eager、編譯、開啟 **freezing** 的編譯——每種設定裡浮點數與 int8 並排，
 而且涵蓋這顆 CPU 的兩條 kernel 路徑，並秤一秤存檔的大小。計時連同量測方式一起印出，從不
 assert；assert 的是讓 int8 變快的東西：每個計時的模型實際執行的 oneDNN int8 kernel，在計時
 前後都從 profiler 讀出。
@@ -69,7 +69,7 @@ print(cpu.verdict)
 print(f"每批 {BATCH} 張 {input_shape('conv_net')} 影像")
 
 # %%
-# ``race`` （ ``common.timing`` ）用 ``torch.compile`` 編譯每個模型的一份複本並計時。它在
+# ``race`` （ ``common.timing`` ）用 ``torch.compile`` 編譯每個模型的一份副本並計時。它在
 # ``torch.no_grad()`` 之下、用計時時的執行緒數編譯（inductor 會把這個數量寫進它產生的程式碼），
 # 把 freezing 設在整個行程（重新編譯時不能丟掉它），並在計時前後用 profiler
 # （ ``common.kernels.kernels_run`` ）讀出每個模型執行了哪些運算 kernel。每條規則的理由寫在它的
@@ -388,7 +388,7 @@ print(
 #
 # 延伸閱讀
 # --------
-# - `PyTorch 2 Export Quantization with X86 Backend through Inductor
+# - `透過 Inductor 使用 x86 後端的 PT2E 量化（torchao）
 #   <https://docs.pytorch.org/ao/stable/tutorials_source/pt2e_quant_x86_inductor.html>`_
 # - `torch.export.save <https://docs.pytorch.org/docs/stable/export.html#torch.export.save>`_
 # - :ref:`M03-4 · 部署 int8 模型 <sphx_glr_lessons_m03_lowering_m03_4_shipping.py>`：

@@ -10,7 +10,7 @@ M03-4 部署 int8 模型
 
 **你會學到**
 
-- 儲存與載入 convert 後的程式，以及載入後的編譯
+- 儲存與載入 convert 後的程式，以及載入後怎麼編譯
 - 用 AOTInductor 預先編譯：套件裡有什麼、要付出什麼代價
 - 提供服務時該用多少執行緒與行程
 
@@ -60,7 +60,7 @@ folder = Path(tempfile.mkdtemp())  # 本課寫出檔案的地方
 # %%
 # 步驟 1 — 儲存與載入程式
 # ------------------------
-# ``torch.export.save`` 把一個 ``ExportedProgram`` ——圖、它的 weight 和一個範例輸入——寫進
+# ``torch.export.save`` 把一個 ``ExportedProgram``——圖、它的 weight 和一個範例輸入——寫進
 # 一個 zip 檔。先把 convert 後的模型以動態的批次維度重新匯出，存下的程式就能接受任意張數的
 # 影像。``torch.export.load`` 載回的程式，輸出和原模型 **逐位元相同** ：同一張圖、同樣的 int8
 # weight、同樣的浮點運算。（和 M03-3 一樣，新建的 ``GraphModule`` 會丟下 convert 留在
@@ -107,10 +107,10 @@ assert abs(int8_accuracy - accuracy(loaded.module())) <= 0.01, "真正的 int8 �
 #
 # 步驟 3 — 用 AOTInductor 預先編譯
 # --------------------------------
-# ``torch._inductor.aoti_compile_and_package`` 接受一個 ``ExportedProgram`` ，對它執行 inductor
-# ——開著 freezing，所以同樣的 int8 模式會觸發——把產生的 C++ 編譯成共用函式庫，再連同預先打包的
-# weight 一起包進一個 ``.pt2`` 檔。``torch._inductor.aoti_load_package`` 把它載回成一個可以
-# 呼叫的物件。
+# ``torch._inductor.aoti_compile_and_package`` 接受一個 ``ExportedProgram`` ，對它執行
+# inductor——開著 freezing，所以同樣的 int8 模式會觸發——把產生的 C++ 編譯成共用函式庫，
+# 再連同預先打包的 weight 一起包進一個 ``.pt2`` 檔。``torch._inductor.aoti_load_package``
+# 把它載回成一個可以呼叫的物件。
 #
 # 「機器碼」帶來兩個後果。套件是針對所給程式的輸入形狀編譯的：這裡是一批 500 張影像（練習 2
 # 示範換成別的批次會怎樣）。而且它只適用於一個 PyTorch 版本、一種 CPU 指令集。所以套件要用
@@ -144,7 +144,7 @@ assert calls == {"qconv_pointwise": 3, "qlinear_pointwise": 2}, "只有 int8 ker
 # 執行環境，所以比較大——這是不需要編譯器就能啟動的代價。
 
 program_kb, package_kb = saved.stat().st_size / 1e3, package.stat().st_size / 1e3
-print(f"{'':24} {'大小':>6} {'就緒':>7}")
+print(f"{'':24} {'大小':>6} {'就緒時間':>5}")
 print(f"{'程式（export.save）':20} {program_kb:5.0f} kB {load_seconds:8.2f} 秒")
 print(f"{'  再 torch.compile':23} {'':8} {load_seconds + compile_seconds:8.2f} 秒")
 print(f"{'AOTInductor 套件':22} {package_kb:5.0f} kB {aoti_load_seconds:8.2f} 秒")
@@ -158,7 +158,8 @@ print(f"{'AOTInductor 套件':22} {package_kb:5.0f} kB {aoti_load_seconds:8.2f} 
 # 要追求吞吐量，就 **每個核心一個行程、每個行程一個執行緒** ：行程之間從不互相等待，而同一個
 # 小請求的多個執行緒，很多時間都花在彼此同步上。所有行程加起來的執行緒數，絕不要超過核心數：
 # 否則它們只能輪流使用核心。下面的計時（只印出來，從不 assert）比較這一小批資料用一個執行緒和
-# 用所有核心的差別；在兩個核心的共用機器上，第二個數字量到的，鄰居的影響不下於模型本身。
+# 用所有核心的差別；在兩個核心的共用機器上，第二個數字受同一台機器上其他工作的影響，不亞於
+# 模型本身。
 
 for threads in sorted({1, os.cpu_count() or 1}):
     timing = compare_speed({"package": runner}, (images,), threads=threads, key=package.name)
@@ -169,7 +170,7 @@ print(timing.header())
 # .. note::
 #
 #    手機與微控制器走的是 ExecuTorch 的 ``.pte`` 檔，有它自己的 int8 quantizer 與運算
-#    （XNNPACK）：見 M06 單元，PT2E 的邊緣裝置這一半——
+#    （XNNPACK）：見 M06 單元，PT2E 的邊緣裝置這一半，例如
 #    :ref:`M06-3 · 由內而外看 .pte <sphx_glr_lessons_m06_executorch_m06_3_pte_inside_out.py>`。
 #
 # 小結
@@ -257,11 +258,12 @@ print(timing.header())
 #
 # 延伸閱讀
 # --------
-# - `AOTInductor: ahead-of-time compilation for torch.export-ed models
+# - `AOTInductor：預先編譯 torch.export 匯出的模型（PyTorch）
 #   <https://docs.pytorch.org/docs/stable/torch.compiler_aot_inductor.html>`_
-# - `torch.export.save and load <https://docs.pytorch.org/docs/stable/export.html#serialization>`_
-# - `CPU threading and TorchScript inference
-#   <https://docs.pytorch.org/docs/stable/notes/cpu_threading_torchscript_inference.html>`_ ——
+# - `torch.export 的儲存與載入（PyTorch）
+#   <https://docs.pytorch.org/docs/stable/export.html#serialization>`_
+# - `CPU 執行緒與 TorchScript 推論（PyTorch）
+#   <https://docs.pytorch.org/docs/stable/notes/cpu_threading_torchscript_inference.html>`_：
 #   intra-op 執行緒，以及用多個行程提高吞吐量
 #
 # 下一課

@@ -99,7 +99,7 @@ assert fp32_accuracy > 0.95, "小型 CNN 讀得懂 8×8 的數字"
 # %%
 # 步驟 2 — 用預設設定量化並評分
 # ------------------------------------------------
-# ``export_digits_model`` 匯出時把 batch 維度設為動態，同一張圖就能吃 200 張校準影像，
+# ``export_digits_model`` 匯出時把批次維度設為動態，同一張圖就能吃 200 張校準影像，
 # 也能吃 500 張測試影像。接著是 M01-1 的 PT2E 流程。
 
 int8_model = quantize(export_digits_model(model))
@@ -142,7 +142,7 @@ for name, value in by_hand.items():
     print(f"{name:>12}  {value:6.2f} dB")
 
 # %%
-# 參數的順序有一點影響：步驟 4 的數值除錯器把「量化後」的張量當作訊號，所以 ``by_hand``
+# 引數的順序有一點影響：步驟 4 的數值除錯器把「量化後」的張量當作訊號，所以 ``by_hand``
 # 也這麼做。改用課本的寫法、以浮點張量為訊號，沒有一個 node 的差距超過 0.05 dB。
 # 其他幾課用的 ``common.numerics.sqnr`` 就是 torchao 的 ``compute_error``：數字逐位元相同。
 
@@ -273,8 +273,8 @@ assert worst == "conv2d_2" and by_hand["linear"] > by_hand[worst], "在第三個
 #
 # 延伸閱讀
 # --------
-# - `torchao: PT2E quantization <https://docs.pytorch.org/ao/stable/pt2e_quantization/index.html>`_
-# - `torch.export: dynamic shapes <https://docs.pytorch.org/docs/stable/export.html>`_
+# - `PT2E 量化總覽（torchao） <https://docs.pytorch.org/ao/stable/pt2e_quantization/index.html>`_
+# - `torch.export：動態形狀（PyTorch） <https://docs.pytorch.org/docs/stable/export.html>`_
 #
 # 下一課
 # ------

@@ -30,7 +30,7 @@ lowering 之後的圖 <sphx_glr_lessons_m03_lowering_m03_1_lowered_graph.py>`。
 # 準備
 # ----
 # M04-1 訓練好的數字 CNN、它的資料，以及量化配方的零件：``X86InductorQuantizer``、它的預設
-# 設定、兩種 observer，以及 ``dataclasses.replace``：一次只改凍結的 ``QuantizationSpec``
+# 設定、兩種 observer，以及 ``dataclasses.replace``：一次只改不可變（frozen）的 ``QuantizationSpec``
 # 的一個欄位。``common.numerics`` 收著 M04-1 的 ``record``、``sqnr`` 與
 # ``fold_batch_norm_modules``。
 
@@ -311,7 +311,7 @@ fig.tight_layout()
 # weight，並把每「一對」乘積加進一個 16 位元整數，上限是 32,767，超過就飽和；255·127 兩次是 64,770。
 # ``reduce_range=True`` 把活化值限制在 0..127，一對乘積就放得下。q/dq 模型以浮點計算，永遠
 # 不會飽和；只有 lowering 之後的 int8 kernel（M03）會。``common.numerics.int8_conv_steps``
-# 把 q/dq 模型 lowering，並餵給每個 int8 conv 與它的 q/dq 分身完全相同的 uint8 輸入：超過
+# 把 q/dq 模型下放，並餵給每個 int8 conv 與它的 q/dq 分身完全相同的 uint8 輸入：超過
 # 一格（在半格上的捨入）的差異就是飽和。同樣兩個 q/dq 模型（x86 預設設定，開與不開
 # ``reduce_range``）分別在原生與把 oneDNN 限制在 AVX2 的情況下執行，各在一個新的行程裡
 # （``common.cpu.run_under_isa``）。
@@ -349,7 +349,7 @@ for run in paths.values():
 # %%
 # 開啟 ``reduce_range`` 時，兩條路徑與 q/dq 模型的差異都不超過一格。不開時，有 VNNI
 # 的路徑也一樣，AVX2 路徑則在少數值上飽和（括號裡是比例）：在這個小模型裡很少見，因為它的
-# 活化值很少與大的 weight 配成一對，但飽和是無聲的。模擬只顯示每條路徑算出什麼數字，
+# 活化值很少與大的 weight 配成一對，但飽和不會報錯。模擬只顯示每條路徑算出什麼數字，
 # 不代表真正 AVX2 晶片的速度。
 
 largest = {
@@ -435,11 +435,11 @@ assert results["defaults_reduced"][2] < results["defaults"][2], "等級減半，
 #
 # 延伸閱讀
 # --------
-# - `torchao: PT2E quantization with X86 Inductor
+# - `透過 Inductor 使用 x86 後端的 PT2E 量化（torchao）
 #   <https://docs.pytorch.org/ao/stable/pt2e_quantization/pt2e_quant_x86_inductor.html>`_
-# - `Nagel et al., Data-Free Quantization Through Weight Equalization and Bias Correction
-#   (ICCV 2019) <https://arxiv.org/abs/1906.04721>`_
-# - `torchao: PT2E quantization <https://docs.pytorch.org/ao/stable/pt2e_quantization/index.html>`_
+# - `Nagel 等人：Data-Free Quantization Through Weight Equalization and Bias Correction
+#   （ICCV 2019） <https://arxiv.org/abs/1906.04721>`_
+# - `PT2E 量化總覽（torchao） <https://docs.pytorch.org/ao/stable/pt2e_quantization/index.html>`_
 #
 # 下一課
 # ------

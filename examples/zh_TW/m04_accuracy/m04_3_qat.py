@@ -346,7 +346,7 @@ fig.tight_layout()
 # 練習
 # ----
 # 1. QAT 之後，第一個 conv 的 per-tensor int8 weight 仍然由第 0 個通道主導嗎？其他通道現在
-#    是否用到超過一個間隔（int8 值超出 -1..1）？兩者都先預測。
+#    是否用到超過一格（int8 值超出 -1..1）？兩者都先預測。
 #
 #    .. dropdown:: 解答
 #
@@ -358,7 +358,7 @@ fig.tight_layout()
 #          peaks = int8_weight.abs().amax(dim=(1, 2, 3))
 #          print(f"每個通道的 int8 最大值：{peaks.tolist()}")
 #          assert peaks.argmax() == 0, "第 0 個通道的 weight 仍然最大"
-#          assert peaks[1:].max() <= 2, "其他通道仍然只用到一兩個間隔"
+#          assert peaks[1:].max() <= 2, "其他通道仍然只用到一兩格"
 #          # QAT 沒有救回 conv1：是它後面的各層學會了與它的捨入共處。
 #
 # 2. 忘了 ``move_exported_model_to_eval``：在訓練模式下替模型的副本評分，它的 observer
@@ -401,7 +401,7 @@ fig.tight_layout()
 #
 # 延伸閱讀
 # --------
-# - `torchao: PT2E quantization-aware training
+# - `PT2E 量化感知訓練（torchao）
 #   <https://docs.pytorch.org/ao/stable/pt2e_quantization/pt2e_quant_qat.html>`_
 # - `torchvision 的 QAT 參考腳本（凍結 observer 與 BatchNorm）
 #   <https://github.com/pytorch/vision/blob/main/references/classification/train_quantization.py>`_

@@ -43,7 +43,7 @@ import matplotlib.pyplot as plt
 import torch
 
 import common
-from common.charts import use_course_style
+from common.charts import pad, use_course_style
 from common.models import example_inputs, get_model, input_shape
 from common.numerics import sqnr
 from common.pt2e import export_module, quiet, x86_quantizer
@@ -70,6 +70,16 @@ from executorch.version import __version__ as executorch_version
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
 qd = torch.ops.quantized_decomposed
+# How the printed lines and the charts name what is timed and saved (the code uses the keys).
+LABELS = {
+    "fp32 compiled": "fp32, compile + freezing",
+    "x86 compiled": "x86 int8, compile + freezing",
+    "fp32 eager": "fp32 eager",
+    "pte run": "ExecuTorch XNNPACK int8",
+    "fp32 saved": "fp32, torch.export.save",
+    "qdq saved": "int8 q/dq, torch.export.save",
+    "pte file": "int8, .pte",
+}
 BATCH, SHAPE = 2, input_shape("conv_net")
 x = example_inputs(BATCH, shape=SHAPE)
 float_model = export_module(get_model("conv_net"), x)
@@ -146,8 +156,8 @@ header = _get_extended_header(pte_bytes)
 program = _flatbuffer_to_program(pte_bytes[: header.program_size])
 plan = program.execution_plan[0]
 print(f"magic {pte_bytes[4:8]!r} / header {header.magic!r}")
-print(f"FlatBuffer program: bytes 0–{header.program_size:,}")
-print(f"segments:           bytes {header.segment_base_offset:,}–{len(pte_bytes):,}")
+print(f"{pad('FlatBuffer program:', 20)}bytes 0–{header.program_size:,}")
+print(f"{pad('segments:', 20)}bytes {header.segment_base_offset:,}–{len(pte_bytes):,}")
 assert header.segment_base_offset + header.segment_data_size == len(pte_bytes), "nothing else"
 assert [p.name for p in program.execution_plan] == ["forward"], "one method: forward"
 
@@ -281,7 +291,7 @@ for _, row in gaps.iterrows():
 # The runtime logs one output per delegate call, not per layer: inside a delegate XNNPACK
 # runs its own graph, and the event tracer sees only what comes out. So the Inspector says
 # *which delegate* the gap comes from. Here it is born in the first one, the four convs; the
-# average pool then blurs the one-step differences of a 128 × 28 × 28 map, and the last rows's
+# average pool then blurs the one-step differences of a 128 × 28 × 28 map, and the last row's
 # SNR is the final output's.
 
 first, last = gaps["gap"].iloc[0][0], gaps["gap"].iloc[-1][0]
@@ -302,16 +312,16 @@ assert abs(last - output_sqnr) < 0.5, "the last row is the output against the q/
 
 x86_model = quantized(x86_quantizer())
 timings = race(
-    {"fp32, compile + freezing": float_model, "x86 int8, compile + freezing": x86_model},
+    {LABELS["fp32 compiled"]: float_model, LABELS["x86 compiled"]: x86_model},
     x,
     also={
-        "fp32 eager": float_model,
-        "ExecuTorch XNNPACK int8": lambda image: forward.execute([image])[0],
+        LABELS["fp32 eager"]: float_model,
+        LABELS["pte run"]: lambda image: forward.execute([image])[0],
     },
     also_key=hashlib.sha256(pte_bytes).hexdigest(),
 )
 print(timings.table())
-ran = timings.kernels["x86 int8, compile + freezing"]
+ran = timings.kernels[LABELS["x86 compiled"]]
 assert ran.int8 and not ran.float, "the compiled x86 int8 model ran oneDNN int8 kernels only"
 
 # %%
@@ -329,19 +339,23 @@ def saved_bytes(model) -> int:
 
 
 sizes = {
-    "fp32, torch.export.save": saved_bytes(float_model),
-    "int8 q/dq, torch.export.save": saved_bytes(qdq_model),
-    "int8, .pte": len(pte_bytes),
+    "fp32 saved": saved_bytes(float_model),
+    "qdq saved": saved_bytes(qdq_model),
+    "pte file": len(pte_bytes),
 }
 fig, ax = plt.subplots(figsize=(6.4, 2.4))
-ax.barh(list(sizes), [s / 1e3 for s in sizes.values()], color=["#94a3b8", "#2563eb", "#16a34a"])
+ax.barh(
+    [LABELS[k] for k in sizes],
+    [s / 1e3 for s in sizes.values()],
+    color=["#94a3b8", "#2563eb", "#16a34a"],
+)
 ax.invert_yaxis()
 ax.set_xlabel("kB")
 ax.set_title("conv_net on disk")
 fig.tight_layout()
-for name, size in sizes.items():
-    print(f"{name:30} {size / 1e3:8.0f} kB")
-assert sizes["int8, .pte"] < 0.3 * sizes["fp32, torch.export.save"], "a quarter, plus scales"
+for key, size in sizes.items():
+    print(f"{pad(LABELS[key], 30)} {size / 1e3:8.0f} kB")
+assert sizes["pte file"] < 0.3 * sizes["fp32 saved"], "a quarter, plus scales"
 
 # %%
 # Summary
@@ -354,9 +368,10 @@ assert sizes["int8, .pte"] < 0.3 * sizes["fp32, torch.export.save"], "a quarter,
 #
 # Exercises
 # ---------
-# 1. How many bytes does the planned arena need, and which tensors set it? Predict from the
-#    three instructions which float tensors must be alive at the same time, and their sizes;
-#    then check against ``plan.non_const_buffer_sizes``.
+# 1. How many bytes does the method's memory arena need (``plan.non_const_buffer_sizes[1]``:
+#    index 0 is reserved, the planned tensors live in buffer 1), and which tensor sets it?
+#    Predict from the three instructions which float tensors must be alive at the same time;
+#    then find, in ``plan.values``, the planned tensor whose offset plus size is largest.
 #
 #    .. dropdown:: Solution
 #
@@ -364,17 +379,27 @@ assert sizes["int8, .pte"] < 0.3 * sizes["fp32, torch.export.save"], "a quarter,
 #
 #          import math
 #
-#          pool = plan.chains[0].instructions[1].instr_args  # the KernelCall between delegates
-#          pool_in, pool_out = (plan.values[pool.args[i]].val for i in (0, -1))
-#          sizes = [4 * math.prod(t.sizes) for t in (pool_in, pool_out)]
-#          print(sizes, plan.non_const_buffer_sizes[1])
-#          assert sizes == [BATCH * 128 * 28 * 28 * 4, BATCH * 128 * 7 * 7 * 4]
-#          assert 0 <= plan.non_const_buffer_sizes[1] - sum(sizes) <= 64, "the pool's two"
-#          # The pool reads the last conv's float output and writes its own: both alive at
-#          # once. The image is dead by then, so the pool's output reuses its bytes:
-#          image = plan.values[plan.inputs[0]].val
-#          offsets = [t.allocation_info.memory_offset_low for t in (image, pool_out)]
-#          assert offsets[0] == offsets[1], "where the image was"
+#          from executorch.exir.scalar_type import ScalarType
+#
+#          planned = {
+#              index: value.val
+#              for index, value in enumerate(plan.values)
+#              if getattr(value.val, "allocation_info", None) is not None
+#          }
+#          assert all(t.scalar_type == ScalarType.FLOAT for t in planned.values()), "float32 only"
+#          offset = {index: t.allocation_info.memory_offset_low for index, t in planned.items()}
+#          end = {index: offset[index] + 4 * math.prod(t.sizes) for index, t in planned.items()}
+#          for index, t in planned.items():
+#              print(f"value {index}: {t.sizes} at {offset[index]:,}, ends at {end[index]:,}")
+#          last = max(end, key=end.get)
+#          pool = plan.chains[0].instructions[1].instr_args  # the KernelCall between the delegates
+#          arena = plan.non_const_buffer_sizes[1]
+#          print(f"largest end {end[last]:,} bytes, arena {arena:,} bytes")
+#          assert last == pool.args[-1], "the pool's output, placed after the conv output it reads"
+#          assert end[last] == 4 * BATCH * 128 * (28 * 28 + 7 * 7), "both float maps side by side"
+#          assert arena == end[last] + 64, "plus the 64 bytes memory planning adds for XNNPACK"
+#          # The image is dead once the first delegate has run: the pool's output takes its bytes.
+#          assert offset[pool.args[-1]] == offset[plan.inputs[0]], "where the image was"
 #
 # 2. Predict what share of the ``.pte`` the int8 weights take.
 #

@@ -3,7 +3,7 @@ M06-3 由內而外看 .pte
 =====================
 
 ``to_executorch()`` 的終點是一個 ``.pte`` 檔：手機 app 唯一要載入的東西。本課用 ExecuTorch
-自己的讀取器打開它，在它的位元組裡找回它出身的那張圖：一個只有三道指令的執行計畫、一個
+自己的讀取器打開它，在它的位元組裡找回產生它的那張圖：一個只有三道指令的執行計畫、一個
 portable 運算子、兩份 XNNPACK 酬載，以及 int8 的 weight。接著在 ExecuTorch 執行環境上執行
 這個檔案，量測它的輸出離 q/dq 模型多遠、差距從哪裡來（用 ExecuTorch 的 devtools），以及
 和浮點數、x86 int8 模型相比它有多快、多小。
@@ -27,7 +27,7 @@ portable 運算子、兩份 XNNPACK 酬載，以及 int8 的 weight。接著在 
 # %%
 # 準備
 # ----
-# ``conv_net`` （四層 64～128 通道的 3×3 conv，輸入 28×28 影像，平均 pool 到 7×7，再接兩層
+# ``conv_net`` （四層 64～128 通道的 3×3 conv，輸入 28×28 影像，平均池化到 7×7，再接兩層
 # linear），用 ``XNNPACKQuantizer`` 量化，並用四批資料校準。
 
 import contextlib
@@ -42,7 +42,7 @@ import matplotlib.pyplot as plt
 import torch
 
 import common
-from common.charts import use_course_style
+from common.charts import pad, use_course_style
 from common.models import example_inputs, get_model, input_shape
 from common.numerics import sqnr
 from common.pt2e import export_module, quiet, x86_quantizer
@@ -69,6 +69,16 @@ from executorch.version import __version__ as executorch_version
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
 qd = torch.ops.quantized_decomposed
+# 印出的文字與圖表怎麼稱呼計時與存檔的對象（程式碼用的是鍵）。
+LABELS = {
+    "fp32 compiled": "fp32，編譯＋凍結",
+    "x86 compiled": "x86 int8，編譯＋凍結",
+    "fp32 eager": "fp32，eager 模式",
+    "pte run": "ExecuTorch XNNPACK int8",
+    "fp32 saved": "fp32，torch.export.save",
+    "qdq saved": "int8 q/dq，torch.export.save",
+    "pte file": "int8，.pte 檔",
+}
 BATCH, SHAPE = 2, input_shape("conv_net")
 x = example_inputs(BATCH, shape=SHAPE)
 float_model = export_module(get_model("conv_net"), x)
@@ -82,7 +92,7 @@ def quantized(quantizer):
     return convert_pt2e(prepared)
 
 
-# XNNPACK 的 thread pool 和 torch 一樣，設成計時用的執行緒數量（步驟 6）。載入方法之後再重設並不
+# XNNPACK 的執行緒池和 torch 一樣，設成計時用的執行緒數量（步驟 6）。載入方法之後再重設並不
 # 安全（名稱裡的 unsafe 就是這個意思）：所以最先做。
 with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
     warnings.filterwarnings("ignore", message="This API is experimental")
@@ -92,8 +102,8 @@ xnnpack_config = get_symmetric_quantization_config(is_per_channel=True)
 qdq_model = quantized(XNNPACKQuantizer().set_global(xnnpack_config))
 
 # %%
-# ``lowered`` 做的就是 M06-2 做過的事——以 ``XnnpackPartitioner`` 呼叫
-# ``to_edge_transform_and_lower`` ，再呼叫 ``to_executorch()`` ——另外還要求一份 **ETRecord**
+# ``lowered`` 做的就是 M06-2 做過的事：以 ``XnnpackPartitioner`` 呼叫
+# ``to_edge_transform_and_lower`` ，再呼叫 ``to_executorch()`` 。另外它還要求一份 **ETRecord**
 # （ ``generate_etrecord=True`` ），也就是步驟 5 的 devtools 拿來比較的那些圖的紀錄。下放要花
 # 好幾秒，所以 ``.pte`` 與 ETRecord 存放在 ``build/cache/`` ，檔名由產生它們的所有東西組成。
 
@@ -143,8 +153,8 @@ header = _get_extended_header(pte_bytes)
 program = _flatbuffer_to_program(pte_bytes[: header.program_size])
 plan = program.execution_plan[0]
 print(f"magic {pte_bytes[4:8]!r} / header {header.magic!r}")
-print(f"FlatBuffer 程式：位元組 0–{header.program_size:,}")
-print(f"區段：             位元組 {header.segment_base_offset:,}–{len(pte_bytes):,}")
+print(f"{pad('FlatBuffer 程式：', 20)}位元組 0–{header.program_size:,}")
+print(f"{pad('區段：', 20)}位元組 {header.segment_base_offset:,}–{len(pte_bytes):,}")
 assert header.segment_base_offset + header.segment_data_size == len(pte_bytes), "沒有其他東西"
 assert [p.name for p in program.execution_plan] == ["forward"], "只有一個方法：forward"
 
@@ -153,7 +163,7 @@ assert [p.name for p in program.execution_plan] == ["forward"], "只有一個方
 # -----------------
 # ``forward`` 是一份 **值** 的清單（這個方法用到的每個張量、整數與串列），加上一條依索引
 # 讀寫這些值的 **指令鏈** （chain）。指令就是 M06-2 的圖所說的：一次 delegate 呼叫、唯一的
-# portable 核心程式、再一次 delegate 呼叫。在 q/dq 圖裡，這個 portable 核心程式就是平均 pool
+# portable 核心程式、再一次 delegate 呼叫。在 q/dq 圖裡，這個 portable 核心程式就是平均池化
 # （標示處）：它之前的 conv 進了一個 delegate，之後的 linear 進了另一個。
 
 for instruction in plan.chains[0].instructions:
@@ -169,12 +179,12 @@ assert [(o.name, o.overload) for o in plan.operators] == [("aten::_adaptive_avg_
 pools = qdq_model.graph.find_nodes(
     op="call_function", target=torch.ops.aten.adaptive_avg_pool2d.default
 )
-assert len(pools) == 1, "圖中唯一的平均 pool 就是唯一的 portable 核心程式"
+assert len(pools) == 1, "圖中唯一的平均池化就是唯一的 portable 核心程式"
 draw(qdq_model, highlight=[n.name for n in pools], title="conv_net：portable 核心程式")
 
 # %%
 # 方法的輸入與輸出也是值，形狀和匯出的圖相同；而 ``non_const_buffer_sizes`` 是記憶體規劃
-# （M06-2）為指令之間每個張量算出的記憶體區（arena）。從第一個 delegate 傳到 pool 的張量中最大
+# （M06-2）為指令之間每個張量算出的記憶體區（arena）。從第一個 delegate 傳到平均池化的張量中最大
 # 的，是最後一層 conv 的浮點數輸出：2 × 128 × 28 × 28 × 4 位元組。
 
 inputs = [plan.values[i].val.sizes for i in plan.inputs]
@@ -182,7 +192,7 @@ outputs = [plan.values[i].val.sizes for i in plan.outputs]
 arena = plan.non_const_buffer_sizes[1]
 print(f"輸入 {inputs}，輸出 {outputs}，規劃的記憶體區 {arena:,} 位元組")
 assert inputs == [list(x[0].shape)] and outputs == [[BATCH, 10]], "匯出時的形狀"
-assert arena >= BATCH * 128 * 28 * 28 * 4, "pool 讀取的 conv 輸出放得進記憶體區"
+assert arena >= BATCH * 128 * 28 * 28 * 4, "平均池化讀取的 conv 輸出放得進記憶體區"
 
 # %%
 # 步驟 3 — delegate 酬載與 weight
@@ -230,7 +240,7 @@ last_q = [n for n in qdq_model.graph.nodes if n.target == qd.quantize_per_tensor
 step = last_q.args[1]  # 模型 int8 輸出的 scale
 steps_off = ((out - expected).abs() / step).round()
 output_sqnr = sqnr(expected, out).item()
-print(f"輸出相差最多 {steps_off.max():.0f} 級，{(steps_off > 0).float().mean():.1%} 的值不同")
+print(f"輸出最多相差 {steps_off.max():.0f} 格，{(steps_off > 0).float().mean():.1%} 的值不同")
 print(f"相對於 q/dq 模型的 SQNR：{output_sqnr:.1f} dB")
 
 # %%
@@ -239,10 +249,10 @@ print(f"相對於 q/dq 模型的 SQNR：{output_sqnr:.1f} dB")
 # （ ``REQUANTIZATION == "FP32"`` 的樣板）把和轉成浮點數，乘上每個輸出通道一個預先算好的
 # scale（輸入 scale × weight scale ÷ 輸出 scale），再捨入。q/dq 圖則先反量化，把浮點數的乘積
 # 加總（順序不同，每一步都捨入到 fp32），再除以輸出 scale。兩者每一層都只捨入一次，但捨入的
-# 數不完全相同：落在捨入邊界附近的值會差一級，而一層差一級，會讓下一層的和稍微移動。兩個輸出
-# 級數與 40 dB 的界限，留有充分的餘裕。
+# 數不完全相同：落在捨入邊界附近的值會差一格，而一層差一格，會讓下一層的和稍微移動。以兩格
+# 輸出與 40 dB 為界，足以涵蓋這些差異，還留有餘裕。
 
-assert steps_off.max() <= 2, "和 q/dq 模型最多差兩個輸出級數"
+assert steps_off.max() <= 2, "和 q/dq 模型的輸出最多差兩格"
 assert output_sqnr > 40, "比 int8 與浮點數的差距小得多"
 
 # %%
@@ -272,8 +282,8 @@ for _, row in gaps.iterrows():
 # %%
 # 執行環境每次 delegate 呼叫只記錄一個輸出，而不是每一層：在 delegate 裡面，XNNPACK 執行
 # 它自己的圖，event tracer 只看得到出來的結果。所以 Inspector 告訴我們的是差距來自「哪一個
-# delegate」。這裡差距產生在第一個，也就是四層 conv；接著平均 pool 把 128 × 28 × 28 特徵圖上
-# 一級的差異平均掉，最後一列的 SNR 就是最終輸出的 SNR。
+# delegate」。這裡差距產生在第一個，也就是四層 conv；接著平均池化把 128 × 28 × 28 特徵圖上
+# 一格的差異平均掉，最後一列的 SNR 就是最終輸出的 SNR。
 
 first, last = gaps["gap"].iloc[0][0], gaps["gap"].iloc[-1][0]
 assert list(gaps["runtime_ops"].iloc[0]) == ["DELEGATE_CALL"], "第一列：conv 的 delegate"
@@ -282,27 +292,27 @@ assert abs(last - output_sqnr) < 0.5, "最後一列是輸出相對於 q/dq 模�
 # %%
 # 步驟 6 — 速度
 # -------------
-# 在這顆 CPU 上以四種方式執行浮點數或 int8，用單一執行緒、交錯輪流計時（XNNPACK 的
-# thread pool 也設成相同的數量）：浮點數與 x86 int8 模型，兩者都由 ``race`` 以 freezing 編譯
-# （M03-3）；浮點數 eager；以及在 ExecuTorch 執行環境上的 ``.pte`` 。同類相比：編譯的兩個
-# 一組，eager 浮點數和直接執行 XNNPACK kernel 的執行環境一組。XNNPACK 最先是為 ARM 寫的；在
-# x86 上它依 CPU 自己挑選 AVX2 或 AVX-512 的 kernel，不理會 ``ONEDNN_MAX_CPU_ISA`` 與
+# 在這顆 CPU 上以四種方式執行浮點數或 int8，用單一執行緒、交錯輪流計時（XNNPACK 的執行緒池
+# 也設成相同的數量）：浮點數與 x86 int8 模型，兩者都由 ``race`` 加上凍結編譯（M03-3）；eager
+# 模式的浮點數；以及在 ExecuTorch 執行環境上的 ``.pte`` 。同類相比：編譯的兩個一組，eager 模式
+# 的浮點數和直接執行 XNNPACK 核心程式的執行環境一組。XNNPACK 最先是為 ARM 寫的；在 x86 上它依
+# CPU 自己挑選 AVX2 或 AVX-512 的核心程式，不理會 ``ONEDNN_MAX_CPU_ISA`` 與
 # ``ATEN_CPU_CAPABILITY`` ：表格下方的 CPU 那一行（oneDNN 的 int8 路徑）說明的是編譯的那兩列，
 # 不是 XNNPACK。
 
 x86_model = quantized(x86_quantizer())
 timings = race(
-    {"fp32, compile + freezing": float_model, "x86 int8, compile + freezing": x86_model},
+    {LABELS["fp32 compiled"]: float_model, LABELS["x86 compiled"]: x86_model},
     x,
     also={
-        "fp32 eager": float_model,
-        "ExecuTorch XNNPACK int8": lambda image: forward.execute([image])[0],
+        LABELS["fp32 eager"]: float_model,
+        LABELS["pte run"]: lambda image: forward.execute([image])[0],
     },
     also_key=hashlib.sha256(pte_bytes).hexdigest(),
 )
 print(timings.table())
-ran = timings.kernels["x86 int8, compile + freezing"]
-assert ran.int8 and not ran.float, "編譯後的 x86 int8 模型只執行 oneDNN 的 int8 kernel"
+ran = timings.kernels[LABELS["x86 compiled"]]
+assert ran.int8 and not ran.float, "編譯後的 x86 int8 模型只執行 oneDNN 的 int8 核心程式"
 
 # %%
 # 步驟 7 — 大小
@@ -319,33 +329,38 @@ def saved_bytes(model) -> int:
 
 
 sizes = {
-    "fp32, torch.export.save": saved_bytes(float_model),
-    "int8 q/dq, torch.export.save": saved_bytes(qdq_model),
-    "int8, .pte": len(pte_bytes),
+    "fp32 saved": saved_bytes(float_model),
+    "qdq saved": saved_bytes(qdq_model),
+    "pte file": len(pte_bytes),
 }
 fig, ax = plt.subplots(figsize=(6.4, 2.4))
-ax.barh(list(sizes), [s / 1e3 for s in sizes.values()], color=["#94a3b8", "#2563eb", "#16a34a"])
+ax.barh(
+    [LABELS[k] for k in sizes],
+    [s / 1e3 for s in sizes.values()],
+    color=["#94a3b8", "#2563eb", "#16a34a"],
+)
 ax.invert_yaxis()
 ax.set_xlabel("kB")
 ax.set_title("conv_net 存檔大小")
 fig.tight_layout()
-for name, size in sizes.items():
-    print(f"{name:30} {size / 1e3:8.0f} kB")
-assert sizes["int8, .pte"] < 0.3 * sizes["fp32, torch.export.save"], "四分之一，再加上 scale"
+for key, size in sizes.items():
+    print(f"{pad(LABELS[key], 30)} {size / 1e3:8.0f} kB")
+assert sizes["pte file"] < 0.3 * sizes["fp32 saved"], "四分之一，再加上 scale"
 
 # %%
 # 小結
 # ----
 # - ``.pte`` 是一個 FlatBuffer 程式（執行計畫、運算子、delegate）加上區段：XNNPACK 酬載，
 #   以及存成 named data 的 weight，每個 int8 weight 一個位元組。
-# - ``Runtime`` 在 Python 裡執行它；它的輸出和 q/dq 模型相差不超過兩個輸出級數：XNNPACK 以
+# - ``Runtime`` 在 Python 裡執行它；它的輸出和 q/dq 模型相差不超過兩格：XNNPACK 以
 #   int32 加總、以 fp32 重新量化，q/dq 圖則以 fp32 加總。
 # - ETDump 與 Inspector 以每次 delegate 呼叫為單位找出數值差距，看不到 delegate 內部。
 #
 # 練習
 # ----
-# 1. 規劃好的記憶體區需要多少位元組？由哪些張量決定？從三道指令預測哪些浮點張量必須同時
-#    存在，以及它們的大小；再和 ``plan.non_const_buffer_sizes`` 比對。
+# 1. 這個方法的記憶體區需要多少位元組（ ``plan.non_const_buffer_sizes[1]`` ：索引 0 保留不用，
+#    規劃好的張量都在緩衝區 1），又是哪一個張量決定的？先從三道指令預測哪些浮點張量必須同時
+#    存在；再到 ``plan.values`` 裡找出位移加大小最大的那個規劃好的張量。
 #
 #    .. dropdown:: 解答
 #
@@ -353,17 +368,27 @@ assert sizes["int8, .pte"] < 0.3 * sizes["fp32, torch.export.save"], "四分之�
 #
 #          import math
 #
+#          from executorch.exir.scalar_type import ScalarType
+#
+#          planned = {
+#              index: value.val
+#              for index, value in enumerate(plan.values)
+#              if getattr(value.val, "allocation_info", None) is not None
+#          }
+#          assert all(t.scalar_type == ScalarType.FLOAT for t in planned.values()), "只有 float32"
+#          offset = {index: t.allocation_info.memory_offset_low for index, t in planned.items()}
+#          end = {index: offset[index] + 4 * math.prod(t.sizes) for index, t in planned.items()}
+#          for index, t in planned.items():
+#              print(f"值 {index}：{t.sizes}，位移 {offset[index]:,}，結尾 {end[index]:,}")
+#          last = max(end, key=end.get)
 #          pool = plan.chains[0].instructions[1].instr_args  # 兩個 delegate 之間的 KernelCall
-#          pool_in, pool_out = (plan.values[pool.args[i]].val for i in (0, -1))
-#          sizes = [4 * math.prod(t.sizes) for t in (pool_in, pool_out)]
-#          print(sizes, plan.non_const_buffer_sizes[1])
-#          assert sizes == [BATCH * 128 * 28 * 28 * 4, BATCH * 128 * 7 * 7 * 4]
-#          assert 0 <= plan.non_const_buffer_sizes[1] - sum(sizes) <= 64, "pool 的兩個張量"
-#          # pool 讀取最後一個 conv 的浮點輸出，並寫出自己的輸出：兩者同時存在。那時影像已經
-#          # 用不到了，所以 pool 的輸出重用它的位元組：
-#          image = plan.values[plan.inputs[0]].val
-#          offsets = [t.allocation_info.memory_offset_low for t in (image, pool_out)]
-#          assert offsets[0] == offsets[1], "就在影像原本的位置"
+#          arena = plan.non_const_buffer_sizes[1]
+#          print(f"最大的結尾 {end[last]:,} 位元組，記憶體區 {arena:,} 位元組")
+#          assert last == pool.args[-1], "平均池化的輸出，放在它讀取的 conv 輸出後面"
+#          assert end[last] == 4 * BATCH * 128 * (28 * 28 + 7 * 7), "兩張浮點特徵圖並排"
+#          assert arena == end[last] + 64, "再加上記憶體規劃為 XNNPACK 多留的 64 位元組"
+#          # 第一個 delegate 執行完，影像就用不到了：平均池化的輸出沿用它的位元組。
+#          assert offset[pool.args[-1]] == offset[plan.inputs[0]], "就在影像原本的位置"
 #
 # 2. 預測 int8 weight 佔 ``.pte`` 的多少比例。
 #
@@ -390,13 +415,12 @@ assert sizes["int8, .pte"] < 0.3 * sizes["fp32, torch.export.save"], "四分之�
 #
 # 延伸閱讀
 # --------
-# - `ExecuTorch：Runtime Python API
+# - `ExecuTorch：執行環境的 Python API
 #   <https://docs.pytorch.org/executorch/stable/runtime-python-api-reference.html>`_
-# - `ExecuTorch：Inspector APIs
+# - `ExecuTorch：Inspector 的 API
 #   <https://docs.pytorch.org/executorch/stable/model-inspector.html>`_
 #
 # 下一課
 # ------
-# M06 到此結束。網站首頁的課程地圖列出了所有模組；
-# :ref:`M04-1 · 量測誤差 <sphx_glr_lessons_m04_accuracy_m04_1_measuring_the_error.py>`
-# 談的是這些數字中浮點數與 int8 之間的那一面。
+# M06 到此結束。網站首頁的課程地圖列出了所有單元；至於浮點數與 int8 之間的準確度差距，請見
+# :ref:`M04-1 · 量測誤差 <sphx_glr_lessons_m04_accuracy_m04_1_measuring_the_error.py>` 。

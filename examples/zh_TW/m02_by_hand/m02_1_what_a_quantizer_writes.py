@@ -160,7 +160,7 @@ for default in [CourseQuantizer(), x86_quantizer()]:
 # --------------------
 # ``QuantizationAnnotation`` 有四個欄位。``input_qspec_map`` 把「輸入 node」對應到一個
 # spec：從那個 node 連進來的這條邊要量化。conv 要量化輸入 ``x`` 和 weight，bias 不量化。
-# 它的 ``output_qspec`` 是 ``None``：conv 唯一的 user 是 relu，所以課程的 quantizer
+# 它的 ``output_qspec`` 是 ``None``：conv 唯一的使用者是 relu，所以課程的 quantizer
 # 改在 relu 之後量化（後端會把 conv+relu 融合成一個運算來跑）。
 # ``allow_implicit_sharing`` （步驟 5）和 ``_annotated`` 接著看。
 
@@ -188,7 +188,7 @@ assert conv._annotated, "_annotated 告訴其他 quantizer：這個 node 已經�
 # 步驟 4 — QuantizationSpec 寫了什麼
 # ----------------------------------
 # spec 寫明整數型別和範圍、量化方式（qscheme），以及要用哪一種 observer 來量測這個張量。
-# weight 沿著第 0 軸逐通道量化（每個輸出通道一個 scale），而且是對稱的：
+# weight 沿著第 0 軸做 per-channel 量化（每個輸出通道一個 scale），而且是對稱的：
 # zero point 會是 0，範圍取 [-127, 127] 讓正負兩邊一樣寬。
 
 for name, spec in [("activation", ACTIVATION_SPEC), ("weight", WEIGHT_SPEC)]:
@@ -198,10 +198,10 @@ for name, spec in [("activation", ACTIVATION_SPEC), ("weight", WEIGHT_SPEC)]:
         f"observer={spec.observer_or_fake_quant_ctr.__name__}"
     )
 assert WEIGHT_SPEC.qscheme == torch.per_channel_symmetric and WEIGHT_SPEC.ch_axis == 0, (
-    "weight：沿第 0 軸逐通道、對稱量化"
+    "weight：沿第 0 軸 per-channel、對稱量化"
 )
 assert -WEIGHT_SPEC.quant_min == WEIGHT_SPEC.quant_max == 127, "對稱的範圍 [-127, 127]"
-assert ACTIVATION_SPEC.qscheme == torch.per_tensor_affine, "活化值：逐張量、仿射"
+assert ACTIVATION_SPEC.qscheme == torch.per_tensor_affine, "活化值：per-tensor、仿射"
 assert isinstance(ACTIVATION_SPEC, QuantizationSpec) and isinstance(
     WEIGHT_SPEC, QuantizationSpec
 ), "兩者都是 QuantizationSpec"

@@ -70,7 +70,7 @@ def observer_calls(prepared):
 # eval 模式下，BatchNorm 對每個通道算 ``(y - mean) / sqrt(var + eps) * gamma + beta``：
 # 這是仿射變換，可以直接併進 conv 的 weight 和 bias。
 # ``torch.nn.utils.fusion.fuse_conv_bn_weights`` 算出新的 weight 和 bias；
-# 接著把 batch norm 的 user 改接到 conv（M00-4 步驟 2），再把它刪掉（步驟 6）。
+# 接著把 batch norm 的使用者改接到 conv（M00-4 步驟 2），再把它刪掉（步驟 6）。
 # 輸出只差浮點捨入誤差。
 
 bn = model.bn
@@ -176,7 +176,7 @@ assert [a.name for a in conv.args[:2]] == [
 # %%
 # 步驟 6 — 親手插入輸出 observer
 # ------------------------------
-# 輸出 observer 緊接在 node 後面，而且這個 node 的「每一個」user 都改讀它：就是 M00-4 的
+# 輸出 observer 緊接在 node 後面，而且這個 node 的「每一個」使用者都改讀它：就是 M00-4 的
 # ``replace_all_uses_with`` 加上 ``delete_user_cb``，免得 observer 讀到自己。
 
 gm.add_submodule("activation_post_process_2", observers[relu])

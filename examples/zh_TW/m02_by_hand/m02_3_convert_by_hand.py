@@ -9,7 +9,7 @@ scale 和 zero point；讓每個被量化的運算都有自己的 dequantize；�
 
 **你會學到**
 
-- observer 如何變成 ``quantize → dequantize``：逐張量與逐通道
+- observer 如何變成 ``quantize → dequantize``：per-tensor 與 per-channel
 - 為什麼被兩個運算共用的 dequantize 要複製一份
 - ``fold_quantize=True`` 對 weight 做了什麼
 
@@ -79,12 +79,12 @@ class TwoBranches(nn.Module):
 
 
 # %%
-# 步驟 1 — 逐張量的 observer 變成 quantize → dequantize
-# ------------------------------------------------------
+# 步驟 1 — per-tensor 的 observer 變成 quantize → dequantize
+# -----------------------------------------------------------
 # ``calculate_qparams`` 把 observer 的統計值換算成 scale 和 zero point（M01-3）；
 # 整數型別和範圍也從 observer 讀（``dtype``、``quant_min``、``quant_max``，來自 quantizer 的
-# spec）。逐張量時它們就是寫在引數裡的 Python 數字。這一對 node 插在 observer「之前」
-# （``inserting_before``），接手它的 user；這之後才能刪掉 observer node。
+# spec）。per-tensor 時它們就是寫在引數裡的 Python 數字。這一對 node 插在 observer「之前」
+# （``inserting_before``），接手它的使用者；這之後才能刪掉 observer node。
 
 observer_node = nodes["activation_post_process_0"]
 observer = gm.get_submodule(observer_node.target)
@@ -103,12 +103,12 @@ assert nodes["conv2d"].args[0] is dq and q.args[0] is nodes["x"], "x → quantiz
 assert observer_node not in graph.nodes, "observer node 已經刪掉了"
 
 # %%
-# 步驟 2 — 逐通道的 observer：qparams 變成 buffer
-# ------------------------------------------------
+# 步驟 2 — per-channel 的 observer：qparams 變成 buffer
+# ------------------------------------------------------
 # weight 每個輸出通道有一個 scale：這是張量，所以存成 buffer，再由 ``get_attr`` 讀出
 # （M00-4 步驟 5）。torchao 用被觀察 node 所屬的模組來命名 buffer；weight 的 ``get_attr``
 # 不屬於任何模組，所以名字就是 ``_scale_0`` 和 ``_zero_point_0`` （步驟 6 連名字一起比對）。
-# 軸和範圍都從 observer 讀：對稱的逐通道量化，所以每個 zero point 都是 0。
+# 軸和範圍都從 observer 讀：對稱的 per-channel 量化，所以每個 zero point 都是 0。
 
 observer_node = nodes["activation_post_process_1"]
 observer = gm.get_submodule(observer_node.target)
@@ -151,7 +151,7 @@ qdq = [n.name for n in gm.graph.nodes if "quantize_per" in str(n.target)]
 draw_diff(calibrated, gm, title="步驟 1～3：每個 observer 都變成 quantize → dequantize")
 quantizes = gm.graph.find_nodes(op="call_function", target=qd.quantize_per_tensor.default)
 numbers = Counter(q.args[1:3] for q in quantizes)
-print(f"逐張量的 (scale, zero point) → quantize node 個數：{dict(numbers)}")
+print(f"per-tensor 的 (scale, zero point) → quantize node 個數：{dict(numbers)}")
 assert not any(handmade.is_observer_node(gm, n) for n in gm.graph.nodes if n.op == "call_module"), (
     "沒有 observer 了"
 )
@@ -162,9 +162,9 @@ assert sorted(numbers.values()) == [1, 1, 3], "共用 observer 的 3 次呼叫�
 # 步驟 4 — 被兩個運算共用的 dequantize 要複製
 # --------------------------------------------
 # ``small_cnn`` 裡沒有這種情況，所以改用兩個 conv 讀同一個輸入的小模型。輸入的 observer
-# 變成一個有兩個 user 的 dequantize。後端會把 ``dequantize → conv → quantize``
+# 變成一個有兩個使用者的 dequantize。後端會把 ``dequantize → conv → quantize``
 # 融合成一個整數 conv（M03），這需要 dequantize 專屬於那個 conv，
-# 所以 convert 替每個有標註的 user 各複製一份（``node_copy``）。
+# 所以 convert 替每個有標註的使用者各複製一份（``node_copy``）。
 
 side = handmade.prepare(export_module(TwoBranches().eval(), x), CourseQuantizer())
 calibrate(side)
@@ -183,7 +183,7 @@ copies = [
 ]
 print(f"之後：{copies}")
 draw_diff(side_before, side, title="步驟 4：每個 conv 各有一個 dequantize")
-assert len(shared) == 1 and len(copies) == 2, "一個有兩個 user 的 dequantize 變成兩個"
+assert len(shared) == 1 and len(copies) == 2, "一個有兩個使用者的 dequantize 變成兩個"
 convs = side.graph.find_nodes(op="call_function", target=torch.ops.aten.conv2d.default)
 assert sorted(conv.args[0].name for conv in convs) == sorted(copies), "每個 conv 讀自己的那一份"
 
@@ -282,8 +282,8 @@ publish("bit_exact_cases", cases)
 # %%
 # 小結
 # ----
-# convert = 每個 observer 呼叫 → ``quantize → dequantize`` （逐張量把數字寫在引數裡，
-# 逐通道用 buffer，dtype 和範圍都來自 observer）、清理、每個被量化的 user
+# convert = 每個 observer 呼叫 → ``quantize → dequantize`` （per-tensor 把數字寫在引數裡，
+# per-channel 用 buffer，dtype 和範圍都來自 observer）、清理、每個被量化的使用者
 # 各有一個 dequantize，以及預先算好的常數 weight 量化。``common.handmade`` 把 M02-2 和
 # M02-3 包裝成 ``prepare`` 與 ``convert``；它的測試在課程的每一個模型，以及
 # ``tests/test_handmade.py`` 裡其他的層組合上，分別搭配課程 quantizer 和
@@ -292,7 +292,7 @@ publish("bit_exact_cases", cases)
 # %%
 # 練習
 # ----
-# 1. 改成逐張量量化 weight（下面的 ``PER_TENSOR_WEIGHT``：對稱，整個 weight 只有一個
+# 1. 改成以 per-tensor 量化 weight（下面的 ``PER_TENSOR_WEIGHT``：對稱，整個 weight 只有一個
 #    scale）。預測 weight 現在走的是步驟 1 還是步驟 2：convert 之後的模型還留著幾個 scale 或
 #    zero point 的 buffer？每個 weight 的 dequantize 從哪裡拿到它的 scale？
 #
@@ -378,7 +378,7 @@ publish("bit_exact_cases", cases)
 #              "quantize_per_tensor": 2,
 #              "dequantize_per_tensor": 2,
 #              "dequantize_per_channel": 1,
-#          }, "輸入和 relu 的輸出逐張量量化；weight 的 quantize 已預先算掉"
+#          }, "輸入和 relu 的輸出以 per-tensor 量化；weight 的 quantize 已預先算掉"
 
 # %%
 # 延伸閱讀

@@ -81,7 +81,7 @@ qd = torch.ops.quantized_decomposed
 
 
 def xnnpack_quantizer(**options):
-    """weight 逐通道量化的 XNNPACKQuantizer，和 ExecuTorch 的範例用法一樣。"""
+    """weight 以 per-channel 量化的 XNNPACKQuantizer，和 ExecuTorch 的範例用法一樣。"""
     config = get_symmetric_quantization_config(is_per_channel=True, **options)
     return XNNPACKQuantizer().set_global(config)
 
@@ -199,7 +199,7 @@ assert counts["XNNPACK"] > counts["x86"], "XNNPACK 量化的邊比較多"
 
 # %%
 # 在 XNNPACK 的圖裡，zero point 說明了 dtype 的選擇：relu 的輸出不會是負數，所以它的
-# int8 範圍從 -128 開始，zero point 是 -128；逐通道 weight 的 zero point 全都是 0（對稱量化）。
+# int8 範圍從 -128 開始，zero point 是 -128；per-channel weight 的 zero point 全都是 0（對稱量化）。
 
 relu = xnn_model.graph.find_nodes(op="call_function", target=torch.ops.aten.relu.default)[0]
 relu_q = next(iter(relu.users))
@@ -291,7 +291,7 @@ print(f"XNNPACKQuantizer 之下 handmade 與 torchao 相同：{torch.equal(ours(
 # ===================  ====================  =========================
 # 活化值               uint8 [0, 255] 仿射   int8 [-128, 127] 仿射
 # weight               int8 [-128, 127]      int8 [-127, 127]
-# weight 的 scale      逐通道                指定時逐通道
+# weight 的 scale      per-channel           指定時 per-channel
 # conv／linear 的輸出  浮點數                int8
 # pool、flatten        這裡是浮點數          沿用輸入的 scale
 # 動態                 conv、linear、add     linear、沒有 relu 的 conv

@@ -164,7 +164,7 @@ def attention_linears(gm) -> list[str]:
 
 
 def int8_linears(gm) -> int:
-    """在圖上數出 weight 由逐通道 int8 dequantize 而來的 linear。"""
+    """在圖上數出 weight 由 per-channel int8 dequantize 而來的 linear。"""
     linears = gm.graph.find_nodes(op="call_function", target=aten.linear.default)
     return sum(n.args[1].target == qd.dequantize_per_channel.default for n in linears)
 

@@ -17,7 +17,7 @@ executorch 1.5.1）上重現它；讀者在較舊版本回報、在這裡已不�
 # %%
 # 準備
 # ----
-# 使用逐通道 weight 的 ``XNNPACKQuantizer`` （和 M06 的用法相同）、M06-2 的 lowering
+# 使用 per-channel weight 的 ``XNNPACKQuantizer`` （和 M06 的用法相同）、M06-2 的 lowering
 # （ ``to_edge_transform_and_lower`` 搭配 ``XnnpackPartitioner`` ，再 ``to_executorch()`` ），
 # 以及在 ExecuTorch 執行環境上載入 ``.pte`` 的 ``run`` 。執行環境會把它讀到的 CPU 資訊，以及
 # delegate 失敗的原因，記錄到 stderr： ``run`` 不讓這些紀錄出現在頁面上，並把它交回給呼叫者。
@@ -399,7 +399,7 @@ assert len(linears) == 6 and all(int8), "每一步兩個 linear，weight 都是 
 
 
 def weight_qparams(gm) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """convert 後的圖中每個逐通道 weight 的（int8 weight, scale）。"""
+    """convert 後的圖中每個 per-channel weight 的（int8 weight, scale）。"""
     found = gm.graph.find_nodes(op="call_function", target=qd.dequantize_per_channel.default)
     return [(getattr(gm, n.args[0].target), getattr(gm, n.args[1].target)) for n in found]
 

@@ -159,8 +159,8 @@ assert "aten_linear_default" in delegated(lowered)["lowered_module_1"], "linear 
 
 portable = ops(lowered.graph_module) - Counter(executorch_call_delegate=2, getitem=2)
 (mean,) = [n for n in lowered.graph.nodes if n.name.startswith("aten_mean")]
-print("portable:", dict(portable), "args:", mean.args[1:], mean.kwargs)
-print("why:", SUPPORTED["mean.dim"].why_not(mean))
+print(f"portable: {dict(portable)}; args: {mean.args[1:]}, {mean.kwargs}")
+print("why: " + SUPPORTED["mean.dim"].why_not(mean))
 assert portable == Counter(mean=1), "only the mean stayed outside the delegates"
 assert not MeanDimConfig().check_constraints(mean, lowered), "XNNPACK's own check refuses it"
 assert mean.meta["val"].dtype == torch.float32, "it runs in float, between the delegates"
@@ -223,21 +223,22 @@ print(f"equal: {torch.equal(y_mine, y)}")
 # ------------------------------------------
 # A partitioner that silently skipped an op it does not know would give a different program
 # without a word. ``CoursePartitioner`` raises instead, naming the node. XNNPACK runs
-# ``hardswish`` (and asks to keep it whole); the table does not have it.
+# ``prelu`` (and asks to keep it whole); the table does not have it.
 
 
-class HardswishHead(nn.Module):
+class PReLUHead(nn.Module):
     def __init__(self):
         super().__init__()
         self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.act = nn.PReLU()
 
     def forward(self, x):
-        return nn.functional.hardswish(self.conv(x))
+        return self.act(self.conv(x))
 
 
-with expect_error(NotImplementedError, match="does not know hardswish"):
+with expect_error(NotImplementedError, match="does not know prelu"):
     to_edge_transform_and_lower(
-        quantized_program(HardswishHead().eval()), partitioner=[CoursePartitioner()]
+        quantized_program(PReLUHead().eval()), partitioner=[CoursePartitioner()]
     )
 
 # %%

@@ -5,7 +5,7 @@ M06-2 下放到 ExecuTorch
 convert 之後的圖仍然在浮點數裡模擬 int8。ExecuTorch 分兩步讓它成真：
 ``to_edge_transform_and_lower`` 把圖改寫成 **edge dialect** ，並把後端能執行的部分交給該後端的
 **partitioner** ，由它切出來成為 delegate；接著 ``.to_executorch()`` 為剩下的一切規劃記憶體。
-本課用 ExecuTorch 的 ``XnnpackPartitioner`` 對一個小分類器做 lowering，讀出哪些 node 成了 XNNPACK
+本課用 ExecuTorch 的 ``XnnpackPartitioner`` 下放一個小分類器，讀出哪些 node 成了 XNNPACK
 delegate、哪些留在 ExecuTorch 的 portable 核心程式上（以及原因，出自 partitioner 自己的限制），
 再親手寫一個 partitioner： ``common.edge.CoursePartitioner`` ，它委派的 node 完全相同，兩個程式
 在執行環境上的輸出也相等。
@@ -29,7 +29,7 @@ delegate、哪些留在 ExecuTorch 的 portable 核心程式上（以及原因�
 # %%
 # 準備
 # ----
-# 一個縮小版的分類器：conv + relu、寫成 ``mean((2, 3))`` 的高與寬上的全域平均，以及一層
+# 一個縮小版的分類器：conv + relu、在高與寬上取全域平均（寫成 ``mean((2, 3))`` ），以及一層
 # linear；用 ``XNNPACKQuantizer`` 量化（int8 活化值、逐通道的 int8 weight：
 # ``common.edge.xnnpack_quantizer()`` ），再匯出一次，因為 ExecuTorch 從 ``ExportedProgram``
 # 開始。
@@ -105,7 +105,7 @@ def run(executorch_program, inputs):
 
 
 # %%
-# 步驟 1 — 用 XnnpackPartitioner 做 lowering
+# 步驟 1 — 用 XnnpackPartitioner 下放
 # ------------------------------------------
 # ``to_edge_transform_and_lower`` 做三件事：把 ATen 圖轉成 edge dialect、詢問每個
 # partitioner 它的後端執行哪些 node，再把每一組這樣的 node 換成一次
@@ -125,8 +125,8 @@ assert not ops(lowered.graph_module)["convolution"], "delegate 之外沒有留�
 # ----------------------------------------
 # 每個 ``executorch_call_delegate`` 讀取一個 ``lowered_module_N`` 的 ``get_attr`` ：由它取代的
 # 那些 node 編譯成的 XNNPACK 程式。那些 node 的 edge dialect 圖保存在 ``original_module`` 裡。
-# edge 運算是附帶 dtype 約定的 ATen 運算（ ``EdgeOpOverload`` ）； ``conv2d`` 現在是核心運算
-# ``convolution`` （edge dialect 也沒有 view： ``flatten`` 會變成 ``view_copy`` ，見練習 1）。
+# edge 運算是附帶 dtype 約定的 ATen 運算（ ``EdgeOpOverload`` ）； ``conv2d`` 現在是核心 ATen
+# 運算 ``convolution`` （edge dialect 也沒有 view： ``flatten`` 會變成 ``view_copy`` ，見練習 1）。
 # ``linear`` 保持完整：XnnpackPartitioner 要求 ExecuTorch 不要拆解它（步驟 5）。
 
 for module, names in delegated(lowered).items():
@@ -153,8 +153,8 @@ assert "aten_linear_default" in delegated(lowered)["lowered_module_1"], "linear 
 
 portable = ops(lowered.graph_module) - Counter(executorch_call_delegate=2, getitem=2)
 (mean,) = [n for n in lowered.graph.nodes if n.name.startswith("aten_mean")]
-print("portable:", dict(portable), "args:", mean.args[1:], mean.kwargs)
-print("why:", SUPPORTED["mean.dim"].why_not(mean))
+print(f"portable 運算：{dict(portable)}；引數：{mean.args[1:]}，{mean.kwargs}")
+print("原因（common.edge 的訊息）：" + SUPPORTED["mean.dim"].why_not(mean))
 assert portable == Counter(mean=1), "delegate 之外只留下 mean"
 assert not MeanDimConfig().check_constraints(mean, lowered), "XNNPACK 自己的檢查拒絕它"
 assert mean.meta["val"].dtype == torch.float32, "它在兩個 delegate 之間以浮點數執行"
@@ -165,22 +165,22 @@ assert mean.meta["val"].dtype == torch.float32, "它在兩個 delegate 之間以
 # ``.to_executorch()`` 把 delegate 之外的每個運算換成它的 **out 變體** （ ``mean.out`` 寫進
 # 交給它的張量，自己從不配置記憶體），為那個張量加上一個 ``memory.alloc`` node，並規劃每個
 # 中間張量位於同一塊預先配置的緩衝區中的哪裡： ``meta["spec"]`` 存有它的 ``mem_id`` 與
-# ``mem_offset`` 。生命期不重疊的張量共用位元組：mean 讀完 conv 的輸出後它就不再需要，所以
-# linear 的輸出沿用它的位移。結果可序列化成 ``.pte`` 檔（M06-3），在 ExecuTorch 執行環境上
-# 執行。
+# ``mem_offset`` 。生命期不重疊的張量共用位元組：conv 的輸出在 mean 讀完之後就不再需要，
+# 所以 linear 的輸出沿用它的位移。結果可序列化成 ``.pte`` 檔（M06-3），在 ExecuTorch 執行
+# 環境上執行。
 
 executorch_program = edge.to_executorch()
 planned = executorch_program.exported_program().graph_module
 print(dict(ops(planned)))
 (mean_out,) = [n for n in planned.graph.nodes if str(n.target).endswith("mean.out")]
-print(f"{mean_out.name}: out={mean_out.kwargs['out'].name}")
+print(f"{mean_out.name}：out={mean_out.kwargs['out'].name}")
 offsets = {}
 for node in planned.graph.nodes:
     spec = node.meta.get("spec")
     if node.op == "call_function" and getattr(spec, "mem_offset", None) is not None:
         offsets[node.name] = spec.mem_offset
-        print(f"  {node.name:14} shape {tuple(spec.shape)!s:15} mem_id {spec.mem_id}", end="")
-        print(f"  offset {spec.mem_offset}")
+        print(f"  {node.name:14} 形狀 {tuple(spec.shape)!s:15} mem_id {spec.mem_id}", end="")
+        print(f"  位移 {spec.mem_offset}")
 assert mean_out.kwargs["out"].target.__name__ == "alloc", "mean 寫進規劃好的緩衝區"
 assert ops(planned)["alloc"] == 1, "一個 alloc：delegate 之外唯一的運算"
 assert offsets["getitem_1"] == offsets["getitem"], "不再需要的張量，其位元組被重複使用"
@@ -199,7 +199,7 @@ print("執行環境的輸出", tuple(y.shape), y.dtype)
 
 for name in ("convolution.default", "mean.dim", "max_pool2d.default", "sigmoid.default"):
     op = SUPPORTED[name]
-    print(f"{name:20} int8={op.int8!s:5} keep whole={op.keep_whole}  fuses {op.fused}")
+    print(f"{name:20} int8={op.int8!s:5} 保持完整={op.keep_whole}  融合 {op.fused}")
 mine = to_edge_transform_and_lower(program, partitioner=[CoursePartitioner()])
 print({module: len(names) for module, names in delegated(mine.exported_program()).items()})
 assert delegated(mine.exported_program()) == delegated(lowered), "相同的 delegate"
@@ -215,21 +215,22 @@ print(f"相等：{torch.equal(y_mine, y)}")
 # 步驟 6 — 不認得的，就拒絕
 # -------------------------
 # 默默跳過不認得的運算的 partitioner，會一聲不響地給出不同的程式。 ``CoursePartitioner``
-# 則會引發錯誤，並指出是哪個 node。XNNPACK 能執行 ``hardswish`` （並要求保持完整），表中卻沒有它。
+# 則會引發錯誤，並指出是哪個 node。XNNPACK 能執行 ``prelu`` （並要求保持完整），表中卻沒有它。
 
 
-class HardswishHead(nn.Module):
+class PReLUHead(nn.Module):
     def __init__(self):
         super().__init__()
         self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.act = nn.PReLU()
 
     def forward(self, x):
-        return nn.functional.hardswish(self.conv(x))
+        return self.act(self.conv(x))
 
 
-with expect_error(NotImplementedError, match="does not know hardswish"):
+with expect_error(NotImplementedError, match="does not know prelu"):
     to_edge_transform_and_lower(
-        quantized_program(HardswishHead().eval()), partitioner=[CoursePartitioner()]
+        quantized_program(PReLUHead().eval()), partitioner=[CoursePartitioner()]
     )
 
 # %%
@@ -255,7 +256,7 @@ with expect_error(TypeError, match="expects an ExportedProgram, got a GraphModul
 #
 # 練習
 # ----
-# 1. 改用 ``Classifier(keepdim=True)`` 。預測 lowering 後的程式有幾個 delegate，
+# 1. 改用 ``Classifier(keepdim=True)`` 。預測下放後的程式有幾個 delegate，
 #    delegate 之外還有沒有 ``mean`` 。
 #
 #    .. dropdown:: 解答

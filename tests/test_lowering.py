@@ -3,12 +3,16 @@
 The matrix is every zoo model and every M02 test model, quantized with X86InductorQuantizer
 (the quantizer the x86 lowering is written for; the course quantizer's int8 activations are
 lowered too, but oneDNN's int8 conv on this kind of CPU takes uint8 only, so they cannot run).
+A second matrix holds transformer graphs written here and not used anywhere else (an
+``nn.TransformerEncoderLayer``, q/k/v linears + SDPA, a tiny ViT, a 3-D MLP, a linear over a
+transposed input), each with the static and the dynamic x86 config.
 """
 
 import collections
 
 import pytest
 import torch
+import torch.nn.functional as F
 from graphs import TEST_MODELS, TwoConvs, build, call_function_targets
 from marks import ON_THE_PATTERN_WORKER
 from torch import nn
@@ -73,41 +77,148 @@ class ResidualNoRelu(nn.Module):
 
 
 EXTRA_MODELS = {"residual_then_conv": ResidualThenConv, "residual_no_relu": ResidualNoRelu}
+
+
+# --- Transformer graphs, held out: written for these tests only --------------------------------
+
+DIM, TOKENS = 16, 8
+
+
+class EncoderLayer(nn.Module):
+    """PyTorch's own encoder layer: nn.MultiheadAttention, whose float in_proj is a bmm over
+    the transposed tokens and whose float out_proj is packed for MKL."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.TransformerEncoderLayer(DIM, 2, 2 * DIM, dropout=0.0, batch_first=True)
+
+    def forward(self, x):
+        return self.layer(x)
+
+
+class QKVAttention(nn.Module):
+    """q/k/v/out nn.Linear + SDPA: three int8 projections read one input."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.v, self.out = (nn.Linear(DIM, DIM) for _ in range(4))
+
+    def forward(self, x):
+        n = x.shape[0]
+
+        def heads(t):
+            return t.view(n, TOKENS, 2, DIM // 2).transpose(1, 2)
+
+        attended = F.scaled_dot_product_attention(
+            heads(self.q(x)), heads(self.k(x)), heads(self.v(x))
+        )
+        return self.out(attended.transpose(1, 2).reshape(n, TOKENS, DIM))
+
+
+class TinyViT(nn.Module):
+    """Patch conv, class token, position embedding, one pre-norm encoder layer, a 2-D head."""
+
+    def __init__(self):
+        super().__init__()
+        self.patch = nn.Conv2d(3, DIM, 4, stride=4)  # 16x16 images: 16 patches
+        self.cls_token = nn.Parameter(torch.randn(1, 1, DIM) * 0.02)
+        self.pos_embed = nn.Parameter(torch.randn(1, 17, DIM) * 0.02)
+        self.block = nn.TransformerEncoderLayer(
+            DIM, 2, 2 * DIM, dropout=0.0, batch_first=True, norm_first=True
+        )
+        self.norm = nn.LayerNorm(DIM)
+        self.head = nn.Linear(DIM, 10)
+
+    def forward(self, x):
+        x = self.patch(x).flatten(2).transpose(1, 2)
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embed
+        return self.head(self.norm(self.block(x))[:, 0])
+
+
+class MLP3D(nn.Module):
+    """A transformer's MLP on (batch, tokens, dim): both linears 3-D."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(DIM, 2 * DIM), nn.Linear(2 * DIM, DIM)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+class TransposedInput(nn.Module):
+    """int8 linears over a transposed (non-contiguous) 3-D input: the re-export writes bmm."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(DIM, DIM), nn.Linear(DIM, DIM, bias=False)
+
+    def forward(self, x):
+        return self.fc2(self.fc1(x.transpose(0, 1)).transpose(0, 1))
+
+
+TOKEN_SHAPE, IMAGE_SHAPE = (TOKENS, DIM), (3, 16, 16)
+HELD_OUT = {  # name: (model class, the shape of one sample)
+    "encoder_layer": (EncoderLayer, TOKEN_SHAPE),
+    "qkv_sdpa": (QKVAttention, TOKEN_SHAPE),
+    "tiny_vit": (TinyViT, IMAGE_SHAPE),
+    "mlp_3d": (MLP3D, TOKEN_SHAPE),
+    "transposed_input": (TransposedInput, TOKEN_SHAPE),
+}
+# (model, dynamic): every held-out graph twice; the 2-D linears of M02's MLPs dynamic too
+# (qlinear_pointwise.tensor, relu fused)
+TRANSFORMER_CASES = [
+    *((name, dynamic) for name in HELD_OUT for dynamic in (False, True)),
+    ("linear_relu", True),
+    ("mlp", True),
+]
 # The M02 test models that do not reach a lowering (the x86 quantizer refuses them) or hold a
 # pattern common.lowering refuses by name (test_unlowered_test_models_are_refused_by_name).
 X86_REFUSES = {"same_padding_transpose_bn", "reused_relu"}
 LOWERING_REFUSES = {
     "transpose_bn": "float 2-D/3-D convolution",  # a conv-transpose, packed for mkldnn
-    "transposed_weight": "a float linear",  # weight.t() folded: inductor packs it for mkl
     "buffer_mutation": "an op on constants only",  # the buffer's update
-    # nn.MultiheadAttention transposes to (tokens, batch, dim): its float in_proj is a bmm (M05-1)
-    "vit_mha": "a linear over a non-contiguous 3-D input",
 }
 MATRIX = [
     *MODEL_NAMES,
     *LARGE_MODEL_NAMES,
     *(name for name in TEST_MODELS if name not in X86_REFUSES | LOWERING_REFUSES.keys()),
     *EXTRA_MODELS,
-    # M05: a class token (an op on constants only), position embeddings, 3-D linears, SDPA
-    # (the encoder adds nothing new and costs a lowering of 24 linears)
+    # M05: a class token (an op on constants only), position embeddings, 3-D linears, SDPA;
+    # nn.MultiheadAttention's float projections (a bmm, an MKL linear). The encoder adds
+    # nothing new and costs a lowering of 24 linears.
     "vit_sdpa",
+    "vit_mha",
 ]
+
+
+def dynamic_x86():
+    config = get_default_x86_inductor_quantization_config(is_dynamic=True)
+    return X86InductorQuantizer().set_global(config)
 
 
 def inputs(name: str, seed: int = 0) -> tuple:
     """The batch a matrix model is exported, calibrated and compared with (the large one: 2)."""
+    if name in HELD_OUT:
+        return example_inputs(2, seed=seed, shape=HELD_OUT[name][1])
     if name in LARGE_MODEL_NAMES or name in TRANSFORMER_NAMES:
         return example_inputs(2, seed=seed, shape=input_shape(name))
     return example_inputs(8, seed=seed)
 
 
-def quantized(name: str, quantizer=None) -> torch.fx.GraphModule:
+def make_model(name: str) -> nn.Module:
+    if name in HELD_OUT:
+        torch.manual_seed(0)  # nn layers draw their init from the global RNG
+        return HELD_OUT[name][0]().eval()
     if name in EXTRA_MODELS:
-        model = EXTRA_MODELS[name]().eval()
-    else:
-        large = name in LARGE_MODEL_NAMES or name in TRANSFORMER_NAMES
-        model = get_model(name) if large else build(name)
-    prepared = prepare_pt2e(export_module(model, inputs(name)), quantizer or x86_quantizer())
+        return EXTRA_MODELS[name]().eval()
+    large = name in LARGE_MODEL_NAMES or name in TRANSFORMER_NAMES
+    return get_model(name) if large else build(name)
+
+
+def quantized(name: str, dynamic: bool = False) -> torch.fx.GraphModule:
+    quantizer = dynamic_x86() if dynamic else x86_quantizer()
+    prepared = prepare_pt2e(export_module(make_model(name), inputs(name)), quantizer)
     with torch.no_grad():
         for seed in range(4):  # as common.pt2e.calibrate, in the model's own image shape
             prepared(*inputs(name, seed))
@@ -123,24 +234,33 @@ def dense(t: torch.Tensor) -> torch.Tensor:
 def both_lowered():
     cache = {}
 
-    def get(name):
-        if name not in cache:
-            model, x = quantized(name), inputs(name)
-            cache[name] = (lower_pt2e_quantized_to_x86(model, x), lowering.lower(model, x))
-        return cache[name]
+    def get(name, dynamic=False):
+        if (name, dynamic) not in cache:
+            model, x = quantized(name, dynamic), inputs(name)
+            lowered = (lower_pt2e_quantized_to_x86(model, x), lowering.lower(model, x))
+            cache[name, dynamic] = lowered
+        return cache[name, dynamic]
 
     return get
 
 
-@pytest.mark.parametrize("name", MATRIX)
-def test_lower_matches_torchao_bit_for_bit(both_lowered, name):
-    theirs, mine = both_lowered(name)
+def mkl_packed(gm) -> set:
+    """The constants MKL's float linears read as packed weights."""
+    return {n.args[1].target for n in gm.graph.nodes if n.target == lowering.MKL_LINEAR}
+
+
+def assert_same_lowering(theirs, mine, name):
+    """The same ops, the same constants, bit-equal outputs on two batches."""
     mine.graph.lint()
     assert call_function_targets(mine) == call_function_targets(theirs), "the ops differ"
     ours, expected = mine.state_dict(), theirs.state_dict()
     assert ours.keys() == expected.keys(), "the constants differ"
+    assert mkl_packed(mine) == mkl_packed(theirs)
     for key, value in expected.items():
         assert ours[key].layout == value.layout and ours[key].dtype == value.dtype, key
+        if key in mkl_packed(theirs):  # bytes differ from packing to packing: the outputs tell
+            assert ours[key].shape == value.shape, f"{key} differs"
+            continue
         assert torch.equal(dense(ours[key]), dense(value)), f"{key} differs"
     # small_cnn's lowered graph fails to run as torchao returns it (M03-1): fix both alike.
     lowering.reshape_views(theirs)
@@ -148,6 +268,34 @@ def test_lower_matches_torchao_bit_for_bit(both_lowered, name):
     for seed in (0, 100):
         x = inputs(name, seed)
         assert torch.equal(mine(*x), theirs(*x)), "outputs differ"
+
+
+@pytest.mark.parametrize("name", MATRIX)
+def test_lower_matches_torchao_bit_for_bit(both_lowered, name):
+    assert_same_lowering(*both_lowered(name), name)
+
+
+@pytest.mark.parametrize(
+    ("name", "dynamic"),
+    TRANSFORMER_CASES,
+    ids=[f"{name}-{'dynamic' if dynamic else 'static'}" for name, dynamic in TRANSFORMER_CASES],
+)
+def test_transformer_graphs_match_torchao(both_lowered, name, dynamic):
+    assert_same_lowering(*both_lowered(name, dynamic), name)
+
+
+def test_transformer_cases_reach_the_new_rewrites(both_lowered):
+    """Dynamic int8 linears, MKL's float linears, shared dequantize copies, bmm left as is."""
+    ops = collections.Counter()
+    for name, dynamic in TRANSFORMER_CASES:
+        ops.update(call_function_targets(both_lowered(name, dynamic)[1]))
+    assert ops["onednn.qlinear_pointwise.tensor"] >= 3, "2-D dynamic linears: the .tensor op"
+    assert ops["mkl._mkl_linear"] >= 4, "MultiheadAttention's out_proj in every encoder layer"
+    assert ops["aten.bmm.default"] >= 4, "in_proj and the transposed-input linears stay bmm"
+    start = lowering.reexport(quantized("qkv_sdpa", True), inputs("qkv_sdpa"))
+    assert lowering.promote_dequantize(start), "q, k and v share one dynamic dequantize"
+    fused = [n for n in both_lowered("mlp", True)[1].graph.nodes if n.args[10:11] == ("relu",)]
+    assert [n.target for n in fused] == [lowering.QLINEAR_TENSOR] * 2, "both relus fused"
 
 
 @pytest.mark.parametrize(("name", "words"), LOWERING_REFUSES.items())
@@ -177,6 +325,16 @@ def test_matrix_reaches_every_rewrite(both_lowered):
         ("qlinear_pointwise", "torch.float32"),
     } <= dtypes, seen
     assert {unary for *_, unary in seen} == {"none", "relu"}
+
+
+def test_mkl_packs_one_weight_into_different_bytes_that_compute_alike():
+    """Why assert_same_lowering compares MKL's packed weights by shape and by the outputs only."""
+    weight, x = torch.randn(DIM, 2 * DIM), torch.randn(4, 2 * DIM)  # an (out, in) weight
+    first, second = (lowering.MKL_PACK(weight, 4) for _ in range(2))
+    assert not torch.equal(first.to_dense(), second.to_dense()), "MKL's own bytes differ"
+    out = [lowering.MKL_LINEAR(x, packed, weight, None, 4) for packed in (first, second)]
+    assert torch.equal(*out), "the same numbers"
+    torch.testing.assert_close(out[0], x @ weight.t())
 
 
 def test_small_cnn_lowered_fails_until_views_become_reshapes():
@@ -221,16 +379,10 @@ def first_conv_left_float():
     return X86InductorQuantizer().set_global(config).set_module_name_qconfig("a", None)
 
 
-def dynamic_x86():
-    config = get_default_x86_inductor_quantization_config(is_dynamic=True)
-    return X86InductorQuantizer().set_global(config)
-
-
 UNSUPPORTED = [
     # (model, quantizer, the node the message must name, words the message must contain)
     (LinearAdd, x86_quantizer, "add", "qlinear binary"),
     (TwoConvs, first_conv_left_float, "convolution", "float 2-D/3-D convolution"),
-    (lambda: build("linear_relu"), dynamic_x86, "quantize_per_tensor", "dynamic quantization"),
 ]
 
 

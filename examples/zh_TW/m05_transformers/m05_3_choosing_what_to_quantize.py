@@ -7,7 +7,7 @@ node 留在浮點數。這是處理「int8 會傷到的那一層」的工具—�
 手寫數字 ViT 裡埋一個離群通道（浮點模型算的仍是同一個函式），用兩種方法找出被它傷到的那一層：
 輪流把每一層留在浮點數，以及 torchao 的數值除錯器；把 SQNR 畫在圖上；接著不靠任何浮點退回就
 修好它：親手做 SmoothQuant，把離群值的 scale 從活化值搬進下一個 linear 的 weight。最後看
-時間的代價：四個 block 的 encoder 的 fp32、int8 靜態與 int8 動態版本，加上凍結編譯後，在這顆
+時間的代價：四個 block 的 encoder 的 fp32、int8 靜態與 int8 動態版本，加上 freezing編譯後，在這顆
 CPU 的 int8 路徑與 AVX2 上計時。
 
 **你會學到**
@@ -167,7 +167,7 @@ assert static_accuracy >= fp32_accuracy - 0.01 and static_sqnr > 30
 # 大型語言模型有少數幾個活化值通道比其他大上百倍（見 LLM.int8 與 SmoothQuant 的論文）。這裡
 # 埋一個：把 block 0 的 ``norm2`` 第 5 個通道（weight 與 bias）乘以 100，再把 ``fc1`` 的
 # weight 第 5 欄除以 100。浮點模型算的是同一個函式，只差浮點捨入；但 ``fc1`` 的輸入現在有一個
-# 通道比逐張量 int8 scale 能容納的大了一百倍。
+# 通道比 per-tensor int8 scale 能容納的大了一百倍。
 
 CHANNEL, FACTOR = 5, 100.0
 planted = copy.deepcopy(model)
@@ -246,14 +246,14 @@ draw(planted_gm, values=finite, value_name="SQNR dB", title="埋了離群值：�
 # 步驟 5 — 親手做 SmoothQuant
 # ---------------------------
 # 退回浮點數等於放棄那一層的 int8。SmoothQuant 保住它：對 linear ``y = x·Wᵀ`` ，任何
-# 逐通道的 ``s`` 都有 ``y = (x / s)·(W·s)ᵀ`` 。取
+# 每個通道各一個值的 ``s`` 都有 ``y = (x / s)·(W·s)ᵀ`` 。取
 # ``s_j = max|x_j|^α / max|W_j|^(1−α)`` （α = 0.5），通道 ``j`` 的兩邊就在中間相遇：
 # ``max|x_j| / s_j = max|W_j|·s_j = √(max|x_j|·max|W_j|)`` （下面以 assert 驗證）。離群通道
-# 縮小；weight 的第 ``j`` 欄變大，但只大到這個幾何平均。逐通道的 weight 量化並不會
+# 縮小；weight 的第 ``j`` 欄變大，但只大到這個幾何平均。per-channel 的 weight 量化並不會
 # 吸收這個變大（x86 的 weight scale 是每個「輸出」通道一個，也就是 ``W`` 的一列，而第 ``j``
 # 欄橫跨每一列）：真正有用的是平衡，兩邊都不再留下離群值。 ``/ s`` 不花任何成本：活化值
 # 來自 LayerNorm，所以可以併入 LayerNorm 的 weight 與 bias。在匯出的圖上用 M00 的
-# 手法：找出 users 全是 linear 的 ``layer_norm`` （q、k、v 共用一個），在校準影像上讀出
+# 手法：找出使用者全是 linear 的 ``layer_norm`` （q、k、v 共用一個），在校準影像上讀出
 # 活化值的最大值，直接修改常數。
 
 smoothed = copy.deepcopy(planted_gm)
@@ -307,7 +307,7 @@ else:
 # -----------------------------------------
 # 準確度只是選擇的一半，另一半是時間。取 ``common.models.Encoder`` （四個 block、
 # d_model 256、64 個 token、MLP 1024；隨機 weight，輸入是四段 token），做成三個版本，每個都
-# 加上凍結、預先編譯成 AOTInductor 套件（M03-4）。 ``common.aoti.compiled_package`` 把每個
+# 加上 freezing、預先編譯成 AOTInductor 套件（M03-4）。 ``common.aoti.compiled_package`` 把每個
 # 套件存在 ``build/cache/`` ，鍵是程式本身、torch 的版本、kernel 路徑與計時用的執行緒數
 # （inductor 會把執行緒數寫進它產生的程式碼），所以重建網站時直接載入，不必再編譯一次。
 # assert 檢查的是編譯器的產物：直接讀每個套件產生的 C++。浮點 encoder 呼叫 oneDNN 的浮點
@@ -429,7 +429,7 @@ for i, (path, times) in enumerate(paths.items()):
     )
 ax.set_xticks([j + width * (len(paths) - 1) / 2 for j in range(len(labels))], labels)
 ax.set_ylabel("每次呼叫的毫秒數（中位數，p10–p90）")
-ax.set_title("四個 encoder block，AOTInductor 加上凍結")
+ax.set_title("四個 encoder block，AOTInductor 加上 freezing")
 ax.legend(title="int8 路徑")
 fig.tight_layout()
 plt.show()
@@ -456,7 +456,7 @@ for path, times in paths.items():
 # - 敏感度迴圈與除錯器的逐 node SQNR 找到同一層。
 # - SmoothQuant 把活化值除以 ``s`` （併入它前面的 LayerNorm），再把後面 linear 的 weight
 #   乘以 ``s`` ：同一個浮點函式，卻是容易量化的 int8 函式。
-# - 加上凍結編譯後，int8 encoder 的每個 linear 都以 oneDNN 的 int8 linear 執行，靜態與動態
+# - 加上 freezing 編譯後，int8 encoder 的每個 linear 都以 oneDNN 的 int8 linear 執行，靜態與動態
 #   皆然；是否比 float32 快取決於 CPU 的 int8 路徑（VNNI 或 AVX2），每條量到的路徑都印在
 #   上面。
 #
@@ -482,7 +482,8 @@ for path, times in paths.items():
 #
 # 2. 步驟 5 用的是 α = 0.5。改成只在 block 0 的 ``norm2`` 上用 α = 1（ ``s = max|x|`` ：活化值
 #    的範圍全部搬進 ``fc1`` 的 weight，每個活化值通道的最大值都變成 1）。預測 ``fc1`` 的 int8
-#    SQNR（步驟 4 的除錯器量到的）和它的 weight 逐通道的範圍會怎麼變：變好、變差，還是不變？
+#    SQNR（步驟 4 的除錯器量到的）和它的 weight 一個通道一個通道看的範圍會怎麼變：變好、
+#    變差，還是不變？
 #
 #    .. dropdown:: 解答
 #

@@ -236,7 +236,7 @@ assert conv.meta["torch_fn"][1] == "builtin_function_or_method.conv2d", "改為�
 # %%
 # ``strict=True`` 的 export 用 TorchDynamo 追蹤 bytecode，就會記下 ``source_fn_stack``：
 # 每個 node 來自哪個模組類別（或函式）。M00-3 會看到，
-# 函式庫找 pattern 的工具有 ``source_fn_stack`` 時就讀它，
+# 函式庫找模式的工具有 ``source_fn_stack`` 時就讀它，
 # 沒有時改用 ``torch_fn`` 與 ``nn_module_stack``。
 
 strict_gm = torch.export.export(model, (x,), strict=True).module()
@@ -331,5 +331,5 @@ assert strict_conv.meta["source_fn_stack"][-1][1] is torch.nn.Conv2d, "strict �
 #
 # 下一課
 # ------
-# :ref:`M00-3 · 找出 pattern <sphx_glr_lessons_m00_graphs_m00_3_finding_patterns.py>`
+# :ref:`M00-3 · 找出模式 <sphx_glr_lessons_m00_graphs_m00_3_finding_patterns.py>`
 # 用這些欄位找出每一條 conv → batch norm → relu，先親手找，再用 quantizer 所用的函式庫工具找。

@@ -1,12 +1,12 @@
 """
-M00-3 找出 pattern：conv → batch norm → relu
+M00-3 找出模式：conv → batch norm → relu
 ============================================
 
 quantizer 在決定 quantize／dequantize node 放在哪裡之前，
 得先找出哪幾個 node 會合併成一個 fused kernel 執行，例如 conv → relu。
 本課用三種方法，找出匯出的圖裡每一條 conv →（batch norm →）relu：
 親手走訪 ``graph.nodes``、用 ``get_source_partitions`` （依 node 來自的模組分組），
-以及用 ``SubgraphMatcher`` （拿一張小的 pattern 圖逐個 node 比對）。
+以及用 ``SubgraphMatcher`` （拿一張小的模式圖逐個 node 比對）。
 三種方法找到的 node 完全相同，而 torchao 的 ``X86InductorQuantizer`` 用的正是第二種。
 接著再看 quantizer 實際拿到的是哪一張圖：做訓練後量化（PTQ）時，batch norm 早已折疊進 conv。
 
@@ -184,15 +184,15 @@ for name, graph_module in graphs.items():
     assert chains_from_partitions(graph_module) == conv_chains(graph_module.graph), name
 
 # %%
-# 步驟 3 — SubgraphMatcher：拿 pattern 圖逐個 node 比對
+# 步驟 3 — SubgraphMatcher：拿模式圖逐個 node 比對
 # ------------------------------------------------------
-# ``SubgraphMatcher`` 拿一張 pattern「圖」，找出圖中哪裡出現同樣的運算子、以同樣的方式相連。
-# pattern 由一個小模組匯出而來（範例輸入只有形狀有意義，數值無關緊要），
+# ``SubgraphMatcher`` 拿一張模式「圖」，找出圖中哪裡出現同樣的運算子、以同樣的方式相連。
+# 模式圖由一個小模組匯出而來（範例輸入只有形狀有意義，數值無關緊要），
 # 並且取 ``ExportedProgram`` 的圖（M00-1）：它的輸入都是 placeholder，也沒有 ``_guards_fn``。
 
 
 class ConvBatchNormReLU(torch.nn.Module):
-    """pattern：每個張量都是輸入，所以能代表任何一組 conv 與 batch norm。"""
+    """模式：每個張量都是輸入，所以能代表任何一組 conv 與 batch norm。"""
 
     def forward(self, x, weight, bias, bn_weight, bn_bias, mean, var):
         y = F.conv2d(x, weight, bias)
@@ -206,8 +206,8 @@ draw(pattern, title="pattern 圖")
 
 # %%
 # 直接比對什麼都找不到：matcher 連常數參數也會比較。
-# pattern 的 conv 用預設的 padding ``[0, 0]``，模型的 conv 卻是 padding 1。
-# ``ignore_literals=True`` 把常數當成萬用字元；pattern 的 placeholder 本來就能配上任何東西，
+# 模式的 conv 用預設的 padding ``[0, 0]``，模型的 conv 卻是 padding 1。
+# ``ignore_literals=True`` 把常數當成萬用字元；模式的 placeholder 本來就能配上任何東西，
 # 所以 ``weight`` 配到的是模型的 ``get_attr`` node ``conv_weight``。
 
 strict_matches = SubgraphMatcher(pattern.graph).match(gm.graph)
@@ -231,7 +231,7 @@ draw(gm, highlight=matched, title="步驟 3：SubgraphMatcher 找到的鏈")
 # torchao 的 ``X86InductorQuantizer`` 以模組為單位思考：「每個後面接著 ``ReLU`` 的
 # ``Conv2d`` 都要量化」。
 # 不論模組變成了哪些 ATen 運算子與常數，source partition 都能直接回答這個問題；
-# 親手走訪或 pattern 圖則得把每個運算子、overload 和常數一一寫出來。
+# 親手走訪或模式圖則得把每個運算子、overload 和常數一一寫出來。
 # 它用 ``find_sequential_partitions`` 找 conv → relu，用 ``get_source_partitions`` 找單獨的 conv：
 
 unary = inspect.getsource(X86InductorQuantizer._annotate_conv2d_unary)
@@ -282,7 +282,7 @@ draw(ptq.graph_module, highlight=["conv2d", "relu"], title="PTQ quantizer 拿到
 # 量化感知訓練（QAT，M04-3）就不同了：``prepare_qat_pt2e`` 先標註、後折疊，
 # 所以 QAT quantizer 看到的是 conv → batch norm → relu（``add_`` 是 batch norm 的批次計數器，
 # 在 train 模式下才會動），
-# 而 x86 quantizer 的 QAT pattern 也都含有 ``BatchNorm2d``。
+# 而 x86 quantizer 的 QAT 模式也都含有 ``BatchNorm2d``。
 # 三個 node 的鏈在這裡才有意義；在 ``prepare`` 之前處理匯出圖的 pass（例如本課的）也是。
 
 qat = SeenByAnnotate()
@@ -336,7 +336,7 @@ assert get_source_partitions(functional.graph, ["conv2d"]), "用字串 'conv2d'�
 # 走訪 ``graph.nodes``        ``target`` 與 ``users``：精確，但每個運算子都得自己寫出來
 # ``get_source_partitions``   node 來自哪個模組或函式（``meta``）；x86 quantizer 用的就是它，
 #                             所以改圖時要保留 ``meta``
-# ``SubgraphMatcher``         pattern 圖：運算子、連接方式，以及常數（除非
+# ``SubgraphMatcher``         模式圖：運算子、連接方式，以及常數（除非
 #                             ``ignore_literals=True``）
 # ==========================  =================================================================
 #
@@ -379,7 +379,7 @@ assert get_source_partitions(functional.graph, ["conv2d"]), "用字串 'conv2d'�
 #          ops = ["conv2d", "relu", "max_pool2d", "flatten", "linear"]
 #          assert [op.split(".")[1] for op in seen.ops()] == ops, "沒有 batch_norm：已折疊"
 #
-# 3. 照步驟 3 的做法，匯出一個 conv → relu 的 pattern（沒有 batch norm）。
+# 3. 照步驟 3 的做法，匯出一個 conv → relu 的模式（沒有 batch norm）。
 #    預測 ``SubgraphMatcher(..., ignore_literals=True)`` 在每個模型裡各找到幾處。
 #
 #    .. dropdown:: 解答

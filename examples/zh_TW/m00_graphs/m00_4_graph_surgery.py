@@ -18,7 +18,7 @@ M00-4 改圖：PT2E 會用到的 torch.fx 圖操作
 **先備知識**：M00-1 到 M00-3 三課，
 即 :ref:`M00-1 · 取得計算圖 <sphx_glr_lessons_m00_graphs_m00_1_getting_a_graph.py>`、
 :ref:`M00-2 · 拆解一個 node <sphx_glr_lessons_m00_graphs_m00_2_node_anatomy.py>`、
-:ref:`M00-3 · 找出 pattern <sphx_glr_lessons_m00_graphs_m00_3_finding_patterns.py>`；
+:ref:`M00-3 · 找出模式 <sphx_glr_lessons_m00_graphs_m00_3_finding_patterns.py>`；
 或〈:ref:`FX Graph 與 Node 基礎 <fx-basics>`〉一文。
 
 .. note::

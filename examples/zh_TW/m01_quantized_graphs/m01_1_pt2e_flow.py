@@ -157,7 +157,7 @@ for obs in observers:
 assert observed == wanted and len(observers) == len(wanted), "每條要量化的邊各有一個 observer"
 
 # %%
-# 其他邊都沒有 observer：bias 維持浮點；``conv2d → relu`` 被當成一個融合的 pattern，
+# 其他邊都沒有 observer：bias 維持浮點；``conv2d → relu`` 被當成一個融合的模式，
 # 中間不插 observer；``linear`` 的輸出就是模型輸出，也維持浮點。
 
 observed_sources = {source for source, _ in observed}

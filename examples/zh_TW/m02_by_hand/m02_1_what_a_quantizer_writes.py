@@ -18,7 +18,7 @@ PT2E quantizer 的 ``annotate`` 不改圖，它只在某些 node 上留下一張
 
 **先備知識**：
 :ref:`M01-1 · PT2E 全流程 <sphx_glr_lessons_m01_quantized_graphs_m01_1_pt2e_flow.py>`、
-:ref:`M00-3 · 找出 pattern <sphx_glr_lessons_m00_graphs_m00_3_finding_patterns.py>`。
+:ref:`M00-3 · 找出模式 <sphx_glr_lessons_m00_graphs_m00_3_finding_patterns.py>`。
 """
 
 # SPDX-License-Identifier: BSD-3-Clause

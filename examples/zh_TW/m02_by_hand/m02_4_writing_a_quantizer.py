@@ -119,7 +119,7 @@ assert float_ops == ["add_", "sigmoid"], "殘差的 add 與 sigmoid 留在浮點
 assert not {"add_", "sigmoid"} & set(annotated(course)), "課程的 quantizer 不碰它們"
 
 # %%
-# 步驟 2 — transform_for_annotation：一種 pattern 取代兩種
+# 步驟 2 — transform_for_annotation：一種模式取代兩種
 # --------------------------------------------------------
 # 真實的程式碼把殘差寫成就地運算（``out += x`` → ``aten.add_``）。prepare 會在 ``annotate``
 # 之前呼叫 ``transform_for_annotation``，加速器的 quantizer 可以在那裡把 ``add_`` 改寫成
@@ -351,7 +351,7 @@ assert len(int32) == 4, "四個 conv 的 bias 都是 int32 常數"
 # %%
 # 步驟 9 — 當 torchao 自己的 quantizer 在一般程式碼上失敗
 # -------------------------------------------------------
-# quantizer 比對的是匯出留下的 pattern，所以它看到的是匯出記錄下來的東西。
+# quantizer 比對的是匯出留下的模式，所以它看到的是匯出記錄下來的東西。
 # 把同一個 ``nn.ReLU`` 模組呼叫兩次是很普通的 PyTorch 寫法，但經過預設的 non-strict 匯出後，
 # ``X86InductorQuantizer.annotate`` 本身就會引發錯誤。``handmade.prepare``
 # 呼叫的是同一個 ``annotate``，所以也一樣。
@@ -411,7 +411,7 @@ assert torch.equal(strict[0](*fresh), strict[1](*fresh)), "strict 匯出：可�
 # ``add``／``cat`` 共用一個 scale        ``SharedQuantizationSpec``，用於輸入與輸出
 # 已知的輸出範圍（sigmoid）              ``FixedQParamsQuantizationSpec``
 # 運算的輸入各有自己的 observer          ``allow_implicit_sharing=False``
-# 要比對的 pattern 更少                  ``transform_for_annotation`` (``add_`` → ``add``)
+# 要比對的模式更少                       ``transform_for_annotation`` (``add_`` → ``add``)
 # 拒絕跑不了的東西                       ``validate``
 # =====================================  ===================================================
 #

@@ -158,7 +158,7 @@ assert ptq_accuracy < fp32_accuracy - 0.03, "per-tensor 的 PTQ 損失超過 3 �
 # -------------------------
 # QAT 以「訓練」模式匯出模型，BatchNorm 也在內。``prepare_qat_pt2e`` 接受同一個 quantizer
 # （換成 QAT 設定），回傳下面這張圖；fake quantize 模組畫得和 observer 一樣，這裡把它們
-# 標示出來。它靠比對 torchao 當場匯出的 pattern 圖來找出每組 conv + BatchNorm，所以要花一點
+# 標示出來。它靠比對 torchao 當場匯出的模式圖來找出每組 conv + BatchNorm，所以要花一點
 # 時間；花了多久與執行緒數一起印出，因為這取決於機器與它的負載。
 
 started = time.perf_counter()

@@ -17,7 +17,7 @@ M05-1 quantizer 在 attention 裡看見什麼
 - quantizer 怎麼處理 ``matmul`` 與 ``scaled_dot_product_attention``
 - 為什麼 eager lowering 把 3-D linear 留在浮點數，而開啟 freezing 的 ``torch.compile`` 不會
 
-**先備知識**： :ref:`M00-3 · 找出 pattern
+**先備知識**： :ref:`M00-3 · 找出模式
 <sphx_glr_lessons_m00_graphs_m00_3_finding_patterns.py>`、 :ref:`M03-1 · lowering 之後的圖
 <sphx_glr_lessons_m03_lowering_m03_1_lowered_graph.py>`、 :ref:`M03-2 · 親手做 lowering
 <sphx_glr_lessons_m03_lowering_m03_2_lowering_by_hand.py>`。

@@ -16,7 +16,7 @@ add 都留在浮點數，XNNPACK 只留下 SDPA。
 - 為什麼重複使用的活化模組會讓 ``X86InductorQuantizer`` 失敗，以及怎麼修
 - x86 與 XNNPACK 兩個 quantizer 在 CNN 與 Transformer 上有哪些不同
 
-**先備知識**： :ref:`M00-3 · 找出 pattern
+**先備知識**： :ref:`M00-3 · 找出模式
 <sphx_glr_lessons_m00_graphs_m00_3_finding_patterns.py>`、 :ref:`M05-1 · quantizer 在
 attention 裡看見什麼 <sphx_glr_lessons_m05_transformers_m05_1_attention.py>`、 :ref:`M06-1 ·
 XNNPACK quantizer <sphx_glr_lessons_m06_executorch_m06_1_xnnpack_quantizer.py>`。
@@ -133,7 +133,7 @@ def quantized_block(quantizer):
 # --------------------------
 # ``coverage(model, quantizer)`` 對匯出的圖的副本執行 prepare，讀取每個計算運算的
 # annotation。這個 CNN 照 ``export_module`` 的方式（non-strict）匯出後，x86 quantizer 自己就
-# 失敗了：它的 conv + 一元運算 pattern 每個模組取一個來源分割，而被呼叫兩次的模組是一個有兩個
+# 失敗了：它的 conv + 一元運算的模式每個模組取一個來源分割，而被呼叫兩次的模組是一個有兩個
 # 輸出的分割。報告的錯誤訊息指出哪些模組在好幾個地方被呼叫，以及兩種解法。
 
 model = build()
@@ -147,7 +147,7 @@ with expect_error(ValueError, match=modules):
 # -------------------------------------------
 # strict 匯出（ ``strict=True`` ，TorchDynamo 的追蹤器）在每個 node 上記錄
 # ``source_fn_stack`` ，每次呼叫一個名字，而 ``get_source_partitions`` 先讀它、再讀
-# ``nn_module_stack`` ：每次呼叫各成一個分割，pattern 就比對得上。同一張圖在 x86 與 XNNPACK
+# ``nn_module_stack`` ：每次呼叫各成一個分割，模式就比對得上。同一張圖在 x86 與 XNNPACK
 # 之下的每個計算運算：
 
 strict = torch.export.export(model, images, strict=True).module()
@@ -302,7 +302,7 @@ assert not any(hasattr(q, "get_quantizer_info") for q in (x86_quantizer(), xnnpa
 #          config = x86_inductor_quantizer.get_default_x86_inductor_quantization_config()
 #          by_name = x86_quantizer().set_module_name_qconfig("self_attn", config)
 #          assert coverage(layer_graph, by_name).counts()["linear"] == (2, 4), (
-#              "仍然是 2：linear 的 pattern 從來找不到 MHA 裡的 F.linear"
+#              "仍然是 2：linear 的模式從來找不到 MHA 裡的 F.linear"
 #          )
 #
 # 延伸閱讀

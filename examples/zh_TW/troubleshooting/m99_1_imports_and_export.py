@@ -140,7 +140,7 @@ assert program.module()(*example_inputs(1)).shape == (1, 10), "以 2 匯出後�
 # %%
 # KeyError: \'source_fn_stack\'
 # -----------------------------
-# 讀取 ``node.meta["source_fn_stack"]`` 的程式碼（較舊的 quantizer、pattern 比對、
+# 讀取 ``node.meta["source_fn_stack"]`` 的程式碼（較舊的 quantizer、模式比對、
 # ``get_source_partitions`` ）什麼都找不到：``torch.export.export`` 預設以 **non-strict**
 # 方式追蹤（``strict=False`` ），而它不記錄 ``source_fn_stack`` 。
 

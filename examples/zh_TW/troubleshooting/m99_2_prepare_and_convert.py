@@ -116,7 +116,7 @@ assert len(relus) == 2 and modules == {"relu"}, "兩個 relu node，一個模組
 
 # %%
 # **修正**：每次呼叫用一個自己的活化函式模組。說明見
-# :ref:`M00-3 · 找出 pattern <sphx_glr_lessons_m00_graphs_m00_3_finding_patterns.py>`。
+# :ref:`M00-3 · 找出模式 <sphx_glr_lessons_m00_graphs_m00_3_finding_patterns.py>`。
 
 
 class OneReLUPerCall(ReusedReLU):

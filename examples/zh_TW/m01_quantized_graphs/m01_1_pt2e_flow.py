@@ -289,7 +289,7 @@ for name in ("conv2d", "linear"):
 
 # %%
 # 所以 convert 後的模型除了原本所有的浮點運算，還要多做每一次 quantize 和 dequantize：
-# 它比浮點模型「更慢」，不是更快。 ``compare_speed`` 讓兩者交錯計時 50 輪（batch 為 8），
+# 它比浮點模型「更慢」，不是更快。 ``compare_speed`` 讓兩者交錯計時 50 輪（批次大小 8），
 # 在核心數不超過兩個的機器上只用一個執行緒，並印出中位數與離散程度、執行緒數量、平均負載，
 # 以及 CPU 的 int8 判定——都是建置本頁當時量到的；計時只印出，從不 assert。真正的 int8
 # kernel 要等把圖 lowering 之後才會用上，這是

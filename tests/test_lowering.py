@@ -135,6 +135,25 @@ class TinyViT(nn.Module):
         return self.head(self.norm(self.block(x))[:, 0])
 
 
+class TinyViTFloatHead(TinyViT):
+    """The same ViT with its classifier head left in float: a 2-D float linear, packed for MKL."""
+
+    FLOAT_LAYERS = ("head",)  # quantized() gives these set_module_name_qconfig(name, None)
+
+
+class MLPFloatMiddle(nn.Module):
+    """A 2-D MLP whose middle linear is left in float, between two int8 ones."""
+
+    FLOAT_LAYERS = ("fc2",)
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2, self.fc3 = nn.Linear(DIM, 32), nn.Linear(32, 32), nn.Linear(32, 10)
+
+    def forward(self, x):
+        return self.fc3(torch.relu(self.fc2(torch.relu(self.fc1(x)))))
+
+
 class MLP3D(nn.Module):
     """A transformer's MLP on (batch, tokens, dim): both linears 3-D."""
 
@@ -162,6 +181,8 @@ HELD_OUT = {  # name: (model class, the shape of one sample)
     "encoder_layer": (EncoderLayer, TOKEN_SHAPE),
     "qkv_sdpa": (QKVAttention, TOKEN_SHAPE),
     "tiny_vit": (TinyViT, IMAGE_SHAPE),
+    "tiny_vit_float_head": (TinyViTFloatHead, IMAGE_SHAPE),
+    "mlp_float_middle": (MLPFloatMiddle, (DIM,)),
     "mlp_3d": (MLP3D, TOKEN_SHAPE),
     "transposed_input": (TransposedInput, TOKEN_SHAPE),
 }
@@ -217,8 +238,11 @@ def make_model(name: str) -> nn.Module:
 
 
 def quantized(name: str, dynamic: bool = False) -> torch.fx.GraphModule:
+    model = make_model(name)
     quantizer = dynamic_x86() if dynamic else x86_quantizer()
-    prepared = prepare_pt2e(export_module(make_model(name), inputs(name)), quantizer)
+    for layer in getattr(model, "FLOAT_LAYERS", ()):
+        quantizer.set_module_name_qconfig(layer, None)
+    prepared = prepare_pt2e(export_module(model, inputs(name)), quantizer)
     with torch.no_grad():
         for seed in range(4):  # as common.pt2e.calibrate, in the model's own image shape
             prepared(*inputs(name, seed))
@@ -290,7 +314,7 @@ def test_transformer_cases_reach_the_new_rewrites(both_lowered):
     for name, dynamic in TRANSFORMER_CASES:
         ops.update(call_function_targets(both_lowered(name, dynamic)[1]))
     assert ops["onednn.qlinear_pointwise.tensor"] >= 3, "2-D dynamic linears: the .tensor op"
-    assert ops["mkl._mkl_linear"] >= 4, "MultiheadAttention's out_proj in every encoder layer"
+    assert ops["mkl._mkl_linear"] >= 8, "out_proj of every encoder layer, the float head, fc2"
     assert ops["aten.bmm.default"] >= 4, "in_proj and the transposed-input linears stay bmm"
     start = lowering.reexport(quantized("qkv_sdpa", True), inputs("qkv_sdpa"))
     assert lowering.promote_dequantize(start), "q, k and v share one dynamic dequantize"

@@ -6,7 +6,7 @@ convert 之後的圖仍然在浮點數裡模擬 int8。ExecuTorch 分兩步讓�
 ``to_edge_transform_and_lower`` 把圖改寫成 **edge dialect** ，並把後端能執行的部分交給該後端的
 **partitioner** ，由它切出來成為 delegate；接著 ``.to_executorch()`` 為剩下的一切規劃記憶體。
 本課用 ExecuTorch 的 ``XnnpackPartitioner`` 下放一個小分類器，讀出哪些 node 成了 XNNPACK
-delegate、哪些留在 ExecuTorch 的 portable 核心程式上（以及原因，出自 partitioner 自己的限制），
+delegate、哪些留在 ExecuTorch 的 portable kernel 上（以及原因，出自 partitioner 自己的限制），
 再親手寫一個 partitioner： ``common.edge.CoursePartitioner`` ，它委派的 node 完全相同，兩個程式
 在執行環境上的輸出也相等。
 
@@ -14,7 +14,7 @@ delegate、哪些留在 ExecuTorch 的 portable 核心程式上（以及原因�
 
 - edge dialect 是什麼，以及哪些 node 會變成呼叫 ``lowered_module_N`` 的
   ``executorch_call_delegate``
-- 從 partitioner 的限制讀出 node 為何留在 portable 核心程式上，以及記憶體規劃加了什麼
+- 從 partitioner 的限制讀出 node 為何留在 portable kernel 上，以及記憶體規劃加了什麼
   （ ``alloc`` 、 ``.out`` 運算）
 - partitioner 做什麼：標記 node，並說明哪些運算不要拆解
 
@@ -30,7 +30,7 @@ delegate、哪些留在 ExecuTorch 的 portable 核心程式上（以及原因�
 # 準備
 # ----
 # 一個縮小版的分類器：conv + relu、在高與寬上取全域平均（寫成 ``mean((2, 3))`` ），以及一層
-# linear；用 ``XNNPACKQuantizer`` 量化（int8 活化值、逐通道的 int8 weight：
+# linear；用 ``XNNPACKQuantizer`` 量化（int8 活化值、per-channel int8 weight：
 # ``common.edge.xnnpack_quantizer()`` ），再匯出一次，因為 ExecuTorch 從 ``ExportedProgram``
 # 開始。
 
@@ -125,7 +125,7 @@ assert not ops(lowered.graph_module)["convolution"], "delegate 之外沒有留�
 # ----------------------------------------
 # 每個 ``executorch_call_delegate`` 讀取一個 ``lowered_module_N`` 的 ``get_attr`` ：由它取代的
 # 那些 node 編譯成的 XNNPACK 程式。那些 node 的 edge dialect 圖保存在 ``original_module`` 裡。
-# edge 運算是附帶 dtype 約定的 ATen 運算（ ``EdgeOpOverload`` ）； ``conv2d`` 現在是核心 ATen
+# edge 運算是附帶 dtype 約定的 ATen 運算（ ``EdgeOpOverload`` ）； ``conv2d`` 現在是 core ATen
 # 運算 ``convolution`` （edge dialect 也沒有 view： ``flatten`` 會變成 ``view_copy`` ，見練習 1）。
 # ``linear`` 保持完整：XnnpackPartitioner 要求 ExecuTorch 不要拆解它（步驟 5）。
 
@@ -142,12 +142,13 @@ assert {"aten_convolution_default", "aten_relu_default"} <= set(
 assert "aten_linear_default" in delegated(lowered)["lowered_module_1"], "linear 保持完整"
 
 # %%
-# 步驟 3 — 什麼留在 portable 核心程式上，以及原因
+# 步驟 3 — 什麼留在 portable kernel 上，以及原因
 # -----------------------------------------------
-# mean 在 ExecuTorch 的 **portable 核心程式** （單純的 C++ 迴圈）上以浮點數執行：第一個
-# delegate 的結尾是原本包在 mean 前後的 quantize 與 dequantize（XNNPACK 也會接下單獨的 q 或
-# dq），第二個 delegate 從下一個 quantize 開始。XNNPACK 的 partitioner 每個運算有一個 config；
-# 它的 ``MeanDimConfig`` 把 mean 下放成 XNNPACK 的全域平均池化，其輸出保留 1×1 的 H 與 W：
+# mean 在 ExecuTorch 的 **portable kernels** （ExecuTorch 自帶、寫成單純 C++ 迴圈的
+# kernel）上以浮點數執行：第一個 delegate 的結尾是原本包在 mean 前後的 quantize 與
+# dequantize（XNNPACK 也會接下單獨的 q 或 dq），第二個 delegate 從下一個 quantize 開始。
+# XNNPACK 的 partitioner 每個運算有一個 config；它的 ``MeanDimConfig`` 把 mean 下放成
+# XNNPACK 的全域平均池化，其輸出保留 1×1 的 H 與 W：
 # 它只接受對 4 維張量的第 2、3 維取平均，而且 **必須** ``keepdim=True`` 。我們的 mean 去掉了
 # 這兩維（ ``keepdim`` 預設為 False）。
 
@@ -193,7 +194,7 @@ print("執行環境的輸出", tuple(y.shape), y.dtype)
 # partitioner 是有兩個方法的類別。 ``ops_to_not_decompose(program)`` 回傳後端要求保持完整的
 # ATen 運算，以及挑選 node 的篩選函式（其餘的由 ExecuTorch 拆解）。 ``partition(program)`` 在
 # 要委派的 node 上設定 ``node.meta["delegation_tag"]`` 。 ``common.edge.CoursePartitioner``
-# 把它知道的一切放在一張表 ``SUPPORTED`` 裡：XNNPACK 執行的每個運算、它有沒有 int8 核心程式，
+# 把它知道的一切放在一張表 ``SUPPORTED`` 裡：XNNPACK 執行的每個運算、它有沒有 int8 kernel，
 # 以及從 XNNPACK 對應的 config 讀出的限制。int8 運算會連同它的 dequantize 輸入與輸出的
 # quantize 一起帶走。
 
@@ -248,7 +249,7 @@ with expect_error(TypeError, match="expects an ExportedProgram, got a GraphModul
 # ``to_edge_transform_and_lower``  edge dialect 運算；每個分割是一次呼叫
 #                                  ``lowered_module_N`` 的 ``executorch_call_delegate``
 # delegate 之外                    partitioner 拒絕的運算（沒有 ``keepdim`` 的 ``mean`` ），
-#                                  以浮點數在 portable 核心程式上執行
+#                                  以浮點數在 portable kernel 上執行
 # ``.to_executorch()``             ``.out`` 變體、為它們每個輸出配置的 ``memory.alloc`` 、
 #                                  同一塊規劃好的緩衝區中的位移
 # partitioner                      ``ops_to_not_decompose`` + ``partition`` （標記）

@@ -71,8 +71,8 @@ from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 qd = torch.ops.quantized_decomposed
 # 印出的文字與圖表怎麼稱呼計時與存檔的對象（程式碼用的是鍵）。
 LABELS = {
-    "fp32 compiled": "fp32，編譯＋凍結",
-    "x86 compiled": "x86 int8，編譯＋凍結",
+    "fp32 compiled": "fp32，編譯＋freezing",
+    "x86 compiled": "x86 int8，編譯＋freezing",
     "fp32 eager": "fp32，eager 模式",
     "pte run": "ExecuTorch XNNPACK int8",
     "fp32 saved": "fp32，torch.export.save",
@@ -163,7 +163,7 @@ assert [p.name for p in program.execution_plan] == ["forward"], "只有一個方
 # -----------------
 # ``forward`` 是一份 **值** 的清單（這個方法用到的每個張量、整數與串列），加上一條依索引
 # 讀寫這些值的 **指令鏈** （chain）。指令就是 M06-2 的圖所說的：一次 delegate 呼叫、唯一的
-# portable 核心程式、再一次 delegate 呼叫。在 q/dq 圖裡，這個 portable 核心程式就是平均池化
+# portable kernel、再一次 delegate 呼叫。在 q/dq 圖裡，這個 portable kernel 就是平均池化
 # （標示處）：它之前的 conv 進了一個 delegate，之後的 linear 進了另一個。
 
 for instruction in plan.chains[0].instructions:
@@ -179,8 +179,8 @@ assert [(o.name, o.overload) for o in plan.operators] == [("aten::_adaptive_avg_
 pools = qdq_model.graph.find_nodes(
     op="call_function", target=torch.ops.aten.adaptive_avg_pool2d.default
 )
-assert len(pools) == 1, "圖中唯一的平均池化就是唯一的 portable 核心程式"
-draw(qdq_model, highlight=[n.name for n in pools], title="conv_net：portable 核心程式")
+assert len(pools) == 1, "圖中唯一的平均池化就是唯一的 portable kernel"
+draw(qdq_model, highlight=[n.name for n in pools], title="conv_net：portable kernel")
 
 # %%
 # 方法的輸入與輸出也是值，形狀和匯出的圖相同；而 ``non_const_buffer_sizes`` 是記憶體規劃
@@ -211,8 +211,8 @@ for index, segment in enumerate(segments):
 assert all(segments[i][4:8] == b"XH00" for i in payloads), "XNNPACK 酬載以 XH00 開頭"
 
 # %%
-# 最大的幾筆 named data 正好是 q/dq 圖的 int8 weight（每個 weight 一個位元組）；小的是逐通道
-# 的 scale 與 bias。 **常數區段** 是 portable 核心程式找常數的地方，這裡是空的：沒有任何
+# 最大的幾筆 named data 正好是 q/dq 圖的 int8 weight（每個 weight 一個位元組）；小的是
+# per-channel 的 scale 與 bias。 **常數區段** 是 portable kernel 找常數的地方，這裡是空的：沒有任何
 # portable 運算讀取 weight。
 
 weights = sorted(t.numel() for n, t in qdq_model.named_buffers() if n.startswith("_frozen"))
@@ -245,7 +245,7 @@ print(f"相對於 q/dq 模型的 SQNR：{output_sqnr:.1f} dB")
 
 # %%
 # 輸出並不 ``torch.equal`` ，也不該期待它們相等。XNNPACK 把 int8 乘 int8 精確地累加成 int32
-# 的和，再用 fp32 把它 **重新量化** 成 int8：在 x86 上，它的 qs8 GEMM 與 conv 核心程式
+# 的和，再用 fp32 把它 **重新量化** 成 int8：在 x86 上，它的 qs8 GEMM 與 conv kernel
 # （ ``REQUANTIZATION == "FP32"`` 的樣板）把和轉成浮點數，乘上每個輸出通道一個預先算好的
 # scale（輸入 scale × weight scale ÷ 輸出 scale），再捨入。q/dq 圖則先反量化，把浮點數的乘積
 # 加總（順序不同，每一步都捨入到 fp32），再除以輸出 scale。兩者每一層都只捨入一次，但捨入的
@@ -293,10 +293,10 @@ assert abs(last - output_sqnr) < 0.5, "最後一列是輸出相對於 q/dq 模�
 # 步驟 6 — 速度
 # -------------
 # 在這顆 CPU 上以四種方式執行浮點數或 int8，用單一執行緒、交錯輪流計時（XNNPACK 的執行緒池
-# 也設成相同的數量）：浮點數與 x86 int8 模型，兩者都由 ``race`` 加上凍結編譯（M03-3）；eager
+# 也設成相同的數量）：浮點數與 x86 int8 模型，兩者都由 ``race`` 加上 freezing 編譯（M03-3）；eager
 # 模式的浮點數；以及在 ExecuTorch 執行環境上的 ``.pte`` 。同類相比：編譯的兩個一組，eager 模式
-# 的浮點數和直接執行 XNNPACK 核心程式的執行環境一組。XNNPACK 最先是為 ARM 寫的；在 x86 上它依
-# CPU 自己挑選 AVX2 或 AVX-512 的核心程式，不理會 ``ONEDNN_MAX_CPU_ISA`` 與
+# 的浮點數和直接執行 XNNPACK kernel 的執行環境一組。XNNPACK 最先是為 ARM 寫的；在 x86 上它依
+# CPU 自己挑選 AVX2 或 AVX-512 的 kernel，不理會 ``ONEDNN_MAX_CPU_ISA`` 與
 # ``ATEN_CPU_CAPABILITY`` ：表格下方的 CPU 那一行（oneDNN 的 int8 路徑）說明的是編譯的那兩列，
 # 不是 XNNPACK。
 
@@ -312,7 +312,7 @@ timings = race(
 )
 print(timings.table())
 ran = timings.kernels[LABELS["x86 compiled"]]
-assert ran.int8 and not ran.float, "編譯後的 x86 int8 模型只執行 oneDNN 的 int8 核心程式"
+assert ran.int8 and not ran.float, "編譯後的 x86 int8 模型只執行 oneDNN 的 int8 kernel"
 
 # %%
 # 步驟 7 — 大小

@@ -316,6 +316,6 @@ assert not any(hasattr(q, "get_quantizer_info") for q in (x86_quantizer(), xnnpa
 #
 # 下一課
 # ------
-# :ref:`M07-2 · 不是你寫的 transformer
+# :ref:`M07-2 · 不是你寫的 Transformer
 # <sphx_glr_lessons_m07_your_model_m07_2_transformer_you_did_not_write.py>` 不修改
 # ``nn.TransformerEncoder`` 的程式碼，讓它的每個 linear 都成為 int8。

@@ -1,5 +1,5 @@
 """
-M07-2 不是你寫的 transformer
+M07-2 不是你寫的 Transformer
 ============================
 
 ``nn.TransformerEncoder`` 是你改不了的程式碼：它的每一層呼叫 ``self.self_attn(...)`` ，也就是

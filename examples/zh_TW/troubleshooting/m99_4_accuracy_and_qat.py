@@ -217,8 +217,8 @@ if describe().vnni:
 # :ref:`M03-1 · lowering 之後的圖 <sphx_glr_lessons_m03_lowering_m03_1_lowered_graph.py>` 與
 # :ref:`M04-2 · 修好它 <sphx_glr_lessons_m04_accuracy_m04_2_fixing_it.py>`。
 
-assert avx2["result"]["7-bit (reduce_range)"] < 0.01, "7 位元：在 AVX2 下只差在捨入"
-assert here["result"]["7-bit (reduce_range)"] < 0.01, "7 位元：在這顆 CPU 上只差在捨入"
+assert avx2["result"]["7 位元（reduce_range）"] < 0.01, "7 位元：在 AVX2 下只差在捨入"
+assert here["result"]["7 位元（reduce_range）"] < 0.01, "7 位元：在這顆 CPU 上只差在捨入"
 
 # %%
 # 下一頁

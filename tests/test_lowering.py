@@ -351,6 +351,16 @@ def test_matrix_reaches_every_rewrite(both_lowered):
     assert {unary for *_, unary in seen} == {"none", "relu"}
 
 
+def test_weights_quantized_in_the_graph_fold_as_inductor_folds_them():
+    """convert_pt2e(fold_quantize=False) leaves quantize(w) on the float weight: both fold it."""
+    x = inputs("small_cnn")
+    prepared = prepare_pt2e(export_module(build("small_cnn"), x), x86_quantizer())
+    calibrate(prepared)
+    model = convert_pt2e(prepared, fold_quantize=False)
+    theirs, mine = lower_pt2e_quantized_to_x86(model, x), lowering.lower(model, x)
+    assert_same_lowering(theirs, mine, "small_cnn")
+
+
 def test_mkl_packs_one_weight_into_different_bytes_that_compute_alike():
     """Why assert_same_lowering compares MKL's packed weights by shape and by the outputs only."""
     weight, x = torch.randn(DIM, 2 * DIM), torch.randn(4, 2 * DIM)  # an (out, in) weight

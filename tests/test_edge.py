@@ -1,6 +1,7 @@
 """common.edge.CoursePartitioner against XnnpackPartitioner: same partitions, equal outputs.
 
-The matrix: every zoo model and every M02 test model, quantized with XNNPACKQuantizer
+The matrix: every zoo model, every M02 test model and miniatures of torchvision's
+architectures held out from the table's writing, quantized with XNNPACKQuantizer
 (per-channel int8 weights, int8 activations), lowered by ``to_edge_transform_and_lower`` once
 with each partitioner. Both must tag the same nodes into the same partitions, mark the same
 quantize/dequantize nodes as folded into XNNPACK's int8 tensors, and give ``torch.equal``
@@ -325,9 +326,22 @@ HELD_OUT = {
 }
 
 
+class ChannelSoftmax(nn.Module):
+    """A softmax over the channels of an image (dim 1 of 4): XNNPACK's is for the last dim only."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+
+    def forward(self, x):
+        y = self.conv(x)
+        return torch.softmax(y, dim=1) * torch.softmax(y, dim=-1)
+
+
 EXTRA_MODELS = {
     "global_mean_head": GlobalMeanHead,
     "strided_max_pool": StridedMaxPool,
+    "channel_softmax": ChannelSoftmax,
     **HELD_OUT,
 }
 # XNNPACK's own lowering fails on these after partitioning (preprocess), with these words

@@ -32,7 +32,10 @@ def _page_context(app, pagename, templatename, context, doctree) -> None:
     context["other_lang_url"] = f"{up}{other}/{pagename}.html"
     twin = f"{SITE_URL}{other}/{pagename}.html"
     alternate = f'<link rel="alternate" hreflang="{TEXT[other]["hreflang"]}" href="{twin}">\n'
-    context["metatags"] = context.get("metatags", "") + alternate
+    # docutils' HTML writer adds a viewport <meta> of its own to the page's metatags, beside
+    # the one of Sphinx's layout (docs/_templates/layout.html drops the theme's): one stays.
+    docutils_viewport = '<meta name="viewport" content="width=device-width, initial-scale=1" />'
+    context["metatags"] = context.get("metatags", "").replace(docutils_viewport, "") + alternate
     title = app.env.titles.get(pagename)  # the page's own title (not an admonition's)
     context["report_url"] = report_url(lang, pagename, title.astext() if title else pagename)
     context["report_label"] = TEXT[lang]["report"]

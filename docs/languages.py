@@ -91,6 +91,7 @@ def write_site_root(html: Path) -> None:
     shutil.rmtree(html / "jupyter_execute", ignore_errors=True)
     for lang in LANGUAGES:
         (html / lang / "webpack-macros.html").unlink(missing_ok=True)
+        (html / lang / "_static" / "webpack-macros.html").unlink(missing_ok=True)
     (html / "index.html").write_text((DOCS / "index.html").read_text("utf-8"), "utf-8")
     not_found = (DOCS / "404.html").read_text("utf-8")
     site_path = urlparse(SITE_URL).path

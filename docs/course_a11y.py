@@ -42,4 +42,7 @@ def setup(app):
     # After the theme has put generate_toctree_html into the page context.
     app.connect("html-page-context", _page_context, priority=900)
     app.add_js_file("course-a11y.js")  # docs/_static
+    # Graphs open full size with pan and zoom; a tap or Tab on a node shows its tooltip, which
+    # touch screens and keyboards never get from an SVG <title> (docs/_static/course-graph.js).
+    app.add_js_file("course-graph.js")
     return {"parallel_read_safe": True, "parallel_write_safe": True}

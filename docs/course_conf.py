@@ -27,13 +27,15 @@ TEXT = {
         ),
         # The landing page's measured results (course_directives.CourseResults), the report link and
         # the built-with line of a lesson page, the line beside the download buttons.
-        "results_caption": "本次建置量測到的結果",
+        "results_caption": "課程的重點數字，各連到量測它的那一課",
         "results_head": ("量測項目", "本次建置", "出處"),
         "result_compiled": "int8 比 fp32 快幾倍：兩者都以 ``torch.compile`` 加 freezing 編譯，"
         "本 CPU 的 int8 路徑（{path}）",
         "result_eager": "int8 比 fp32 快幾倍：eager 模式（下放後的 int8 運算），各 int8 路徑",
         "result_size": "int8 程式存檔大小 ÷ fp32",
         "result_accuracy": "手寫數字測試集準確度（{images} 張）：fp32／int8（x86 預設設定）",
+        "accuracy_close": "（{images} 張中相差不超過一張）",
+        "accuracy_apart": "（{images} 張中相差 {n} 張）",
         "result_qat": "per-tensor weight、有離群通道的模型：fp32／PTQ／QAT",
         "result_bit_exact": "親手寫的 prepare ＋ convert 和 torchao 逐位元相同",
         "result_cases": "{n} 個案例（模型庫的模型 × 2 個 quantizer）",
@@ -76,13 +78,15 @@ TEXT = {
         ),
         # The landing page's measured results (course_directives.CourseResults), the report link and
         # the built-with line of a lesson page, the line beside the download buttons.
-        "results_caption": "Measured by this build",
+        "results_caption": "The course's headline figures, each with the lesson that measured it",
         "results_head": ("What", "This build", "Lesson"),
         "result_compiled": "int8 speed-up over fp32, both compiled with ``torch.compile`` and "
         "freezing, on this CPU's int8 path ({path})",
         "result_eager": "int8 speed-up over fp32, eager (lowered int8 ops), on each int8 path",
         "result_size": "Size of the saved int8 program ÷ fp32",
         "result_accuracy": "Digits test accuracy ({images} images): fp32 / int8 (x86 defaults)",
+        "accuracy_close": " (within one image of {images})",
+        "accuracy_apart": " ({n} images of {images} apart)",
         "result_qat": "Per-tensor weights, a model with an outlier channel: fp32 / PTQ / QAT",
         "result_bit_exact": "Handmade prepare + convert, bit-exact with torchao",
         "result_cases": "{n} cases (the zoo's models × 2 quantizers)",
@@ -209,6 +213,9 @@ def make_config(lang: str) -> dict:
             "other_lang_title": TEXT[other]["switch_title"],
             "colab_label": text["colab"],
             "colab_title": text["colab_title"],
+            # The theme's own default, given explicitly: unset, its script reads an empty mode
+            # and logs "Got invalid theme mode" on every page.
+            "default_mode": "auto",
         },
         "html_theme_options": {
             "navigation_with_keys": False,
@@ -216,8 +223,10 @@ def make_config(lang: str) -> dict:
             "show_toc_level": 2,
             "search_bar_text": text["search_bar_text"],
             "navbar_end": ["language-switch", "theme-switcher", "navbar-icon-links"],
-            "article_header_end": ["colab-link", "report-problem"],
-            "article_footer_items": ["built-with"],
+            # The report link closes the page, beside the built-with line: the first control
+            # of a page is the way in (the landing page's quickstart, a lesson's Colab link).
+            "article_header_end": ["colab-link"],
+            "article_footer_items": ["built-with", "report-problem"],
             "footer_start": ["copyright"],
             "footer_end": [],
         },

@@ -32,7 +32,10 @@ def _page_context(app, pagename, templatename, context, doctree) -> None:
     context["other_lang_url"] = f"{up}{other}/{pagename}.html"
     twin = f"{SITE_URL}{other}/{pagename}.html"
     alternate = f'<link rel="alternate" hreflang="{TEXT[other]["hreflang"]}" href="{twin}">\n'
-    context["metatags"] = context.get("metatags", "") + alternate
+    # docutils' HTML writer adds a viewport <meta> of its own to the page's metatags, beside
+    # the one of Sphinx's layout (docs/_templates/layout.html drops the theme's): one stays.
+    docutils_viewport = '<meta name="viewport" content="width=device-width, initial-scale=1" />'
+    context["metatags"] = context.get("metatags", "").replace(docutils_viewport, "") + alternate
     title = app.env.titles.get(pagename)  # the page's own title (not an admonition's)
     context["report_url"] = report_url(lang, pagename, title.astext() if title else pagename)
     context["report_label"] = TEXT[lang]["report"]
@@ -159,7 +162,41 @@ class RunNeeds(SphinxTransform):
             footers[0].parent.insert(footers[0].parent.index(footers[0]), line)
 
 
+class LessonTop(SphinxTransform):
+    """A lesson page opens on its title and its own paragraph: without sphinx-gallery's "Go to
+    the end to download the full example code" note above the title (the download buttons are
+    at the end, and the note began every search snippet), and without the code cell that holds
+    only the script's license comment (``# SPDX-License-Identifier``), which stays in the
+    downloaded script.
+
+    sphinx-gallery 0.22 writes the note unconditionally (its ``EXAMPLE_HEADER``), and renders
+    the comment lines after the docstring as a cell when a ``# %%`` follows them.
+    """
+
+    default_priority = 700
+
+    def apply(self) -> None:
+        if not self.env.docname.startswith("lessons/"):
+            return
+        for note in list(self.document.findall(nodes.note)):
+            if "sphx-glr-download-link-note" in note["classes"]:
+                parent = note.parent
+                parent.remove(note)
+                if isinstance(parent, addnodes.only) and not parent.children:
+                    parent.parent.remove(parent)
+        for block in list(self.document.findall(nodes.literal_block)):
+            lines = [line.strip() for line in block.astext().splitlines() if line.strip()]
+            if (
+                lines
+                and all(line.startswith("#") for line in lines)
+                and any("SPDX-License-Identifier" in line for line in lines)
+            ):
+                block.parent.remove(block)
+                break
+
+
 def setup(app) -> dict:
     app.connect("html-page-context", _page_context)
     app.add_transform(RunNeeds)
+    app.add_transform(LessonTop)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

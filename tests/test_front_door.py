@@ -118,6 +118,8 @@ def test_the_landing_page_shows_the_figures_its_lessons_published(built):
     for shown in ("2.50×", "AVX2 1.25×", "0.27×", "97.0% / 96.4%", "97.0% / 80.0% / 95.0%"):
         assert shown in landing, f"{shown!r} is not on the landing page: {landing[:3000]}"
     assert "8 cases" in landing and "Test CPU: oneDNN int8 path AVX2" in landing
+    # Accuracies say how many test images apart they are: 0.6 % of 500 is three images.
+    assert "97.0% / 96.4% (3 images of 500 apart)" in landing
     for lesson in ("M02-3", "M03-3", "M04-1", "M04-3"):
         assert f">{lesson}<" in (site / "build/html/en/index.html").read_text("utf-8"), (
             f"the figures link to {lesson}"

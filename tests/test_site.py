@@ -298,8 +298,9 @@ def browse(chromium, server):
     """browse(locale) -> a new page; every request any page makes is checked to stay local."""
     contexts, requests = [], []
 
-    def new_page(locale: str = "en-US"):
-        context = chromium.new_context(locale=locale, viewport={"width": 1280, "height": 900})
+    def new_page(locale: str = "en-US", **options):
+        options.setdefault("viewport", {"width": 1280, "height": 900})
+        context = chromium.new_context(locale=locale, **options)
         context.on("request", lambda request: requests.append(request.url))
         contexts.append(context)
         return context.new_page()
@@ -353,6 +354,10 @@ def test_search_finds_lessons(browse, server, lang, query):
     results = page.locator("#search-results ul.search li a")
     hrefs = [results.nth(i).get_attribute("href") for i in range(results.count())]
     assert any("lessons/" in (href or "") for href in hrefs), f"{query!r} found no lesson: {hrefs}"
+    # A snippet is the lesson's own text, not sphinx-gallery's download note or the license.
+    snippets = page.locator("#search-results ul.search li p.context").all_inner_texts()
+    for snippet in snippets:
+        assert "Go to the end" not in snippet and "SPDX" not in snippet, snippet
 
 
 @pytest.mark.browser
@@ -795,3 +800,250 @@ def test_theme_speaks_traditional_chinese_on_zh_tw_pages(site):
     for english, chinese in pairs:
         assert chinese in html and english not in html, f"zh_TW/{page}: {english!r} untranslated"
     assert "当前" not in html, f"zh_TW/{page}: Simplified Chinese from the theme's own catalog"
+
+
+# ------------------------------------------- readable graphs, code that fits, front door (#34)
+
+DESKTOP = {"width": 1366, "height": 900}
+PHONE = {"viewport": {"width": 390, "height": 844}, "has_touch": True, "is_mobile": True}
+
+# Per graph of a lesson page: its rendered width over its own (the SVG's width attribute); for
+# each one shown below half its size, a click on it and the width of the copy the viewer opens.
+GRAPH_SIZES = """() => [...document.querySelectorAll('article.bd-article svg.course-graph')].map(
+    svg => {
+        const natural = svg.width.baseVal.value;
+        const shown = svg.getBoundingClientRect().width / natural;
+        if (shown >= 0.5) return {shown, opened: null};
+        svg.dispatchEvent(new MouseEvent('click', {bubbles: true}));
+        const copy = document.querySelector('dialog.course-graph-viewer[open] svg');
+        const opened = copy ? copy.getBoundingClientRect().width / natural : 0;
+        document.querySelector('dialog.course-graph-viewer')?.close();
+        return {shown, opened};
+    })"""
+
+
+def report(name: str, line: str) -> None:
+    """Keep a measurement of the site where the reader of the test run finds it."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with open(ARTIFACTS / f"{name}.txt", "a", encoding="utf-8") as out:
+        out.write(line + "\n")
+    print(line)
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_every_lesson_graph_is_readable_at_half_its_size_or_opens_full_size(browse, server, lang):
+    """At 1366 px, a graph squeezed below half its own size opens at full size when clicked."""
+    page = browse(viewport=DESKTOP)
+    shown, small = [], []
+    for lesson in lesson_pages(lang):
+        page.goto(f"{server}/{lang}/{lesson.as_posix()}")
+        sizes = page.evaluate(GRAPH_SIZES)
+        for i, size in enumerate(sizes):
+            shown.append((size["shown"], lesson, i))
+            if size["opened"] is not None:
+                small.append(f"{lesson.stem} #{i}: {size['shown']:.0%}")
+                assert size["opened"] == pytest.approx(1, abs=0.01), (
+                    f"{lang}/{lesson} graph {i}: shown at {size['shown']:.0%}, opened at "
+                    f"{size['opened']:.0%} of its size"
+                )
+    assert shown, f"no {lang} lesson shows a graph"
+    report(
+        "graphs",
+        f"{lang}: {len(shown)} graphs at 1366 px, {len(small)} shown below 50 % of their size, "
+        f"each opened full size by a click: {', '.join(small)}",
+    )
+    # The smallest once more with a real click, then the keyboard's way: the button, Escape.
+    _, lesson, index = min(shown, key=lambda found: found[0])
+    page.goto(f"{server}/{lang}/{lesson.as_posix()}")
+    graph = inline_pictures(page).nth(index)
+    graph.scroll_into_view_if_needed()
+    graph.click(position={"x": 2, "y": 2})
+    viewer = page.locator("dialog.course-graph-viewer")
+    assert viewer.evaluate("d => d.open")
+    width = page.evaluate(
+        "() => document.querySelector('dialog[open] svg').getBoundingClientRect().width"
+    )
+    natural = graph.evaluate("svg => svg.width.baseVal.value")
+    assert width == pytest.approx(natural, rel=0.01), "the click opens the graph at its own size"
+    page.keyboard.press("+")
+    zoomed = page.evaluate(
+        "() => document.querySelector('dialog[open] svg').getBoundingClientRect().width"
+    )
+    assert zoomed > width * 1.2, "+ zooms in"
+    page.keyboard.press("Escape")
+    assert not viewer.evaluate("d => d.open"), "Escape closes the viewer"
+    opener = page.locator(".course-graph-open").nth(index)
+    assert opener.evaluate("b => b === document.activeElement"), "the focus returns to its button"
+    opener.press("Enter")
+    assert viewer.evaluate("d => d.open"), "the button opens the graph from the keyboard"
+    page.keyboard.press("Tab")
+    info = page.locator(".course-graph-viewer__info").inner_text()
+    assert DTYPE.search(info) or page.evaluate("() => !!document.activeElement.closest('g.node')")
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_a_tap_on_a_node_shows_its_tooltip_on_a_phone(browse, server, lang):
+    """Touch screens never show an SVG <title>: a tap on a node opens the graph full size with
+    that node's tooltip shown, and a tap on another node there shows that one's."""
+    page = browse(**PHONE)
+    for lesson in lesson_pages(lang):
+        page.goto(f"{server}/{lang}/{lesson.as_posix()}")
+        if inline_pictures(page).count():
+            break
+    graph = inline_pictures(page).first
+    nodes = graph.locator("g.node")
+    titles = [nodes.nth(i).locator("title").first.text_content() for i in range(nodes.count())]
+    typed = [i for i, title in enumerate(titles) if DTYPE.search(title)]
+    assert len(typed) >= 2, f"{lang}/{lesson}: fewer than two nodes with a dtype"
+    nodes.nth(typed[0]).scroll_into_view_if_needed()
+    nodes.nth(typed[0]).tap()
+    info = page.locator(".course-graph-viewer__info")
+
+    def words(text: str) -> list[str]:
+        return text.split()
+
+    assert words(info.inner_text()) == words(titles[typed[0]]), "the tapped node's tooltip"
+    # The whole graph in the window, then a tap on another node of it.
+    page.locator(".course-graph-viewer__bar button", has_text=re.compile("^(Fit|整張)$")).tap()
+    box = page.locator(".course-graph-viewer__stage g.node").nth(typed[1]).bounding_box()
+    page.touchscreen.tap(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    assert words(info.inner_text()) == words(titles[typed[1]]), "a tap in the viewer shows another"
+    folder = ARTIFACTS / "screenshots"
+    folder.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=folder / f"{lang}-phone-graph-viewer.png")
+
+
+# Per code or output block of a lesson page: does it scroll sideways, is it an output.
+CODE_BLOCKS = """() => [...document.querySelectorAll('article.bd-article div.highlight pre')].map(
+    pre => ({wide: pre.scrollWidth > pre.clientWidth + 1,
+             output: !!pre.closest('.sphx-glr-script-out, div.output'),
+             line: pre.textContent.split('\\n').reduce((a, b) => a.length >= b.length ? a : b)}))"""
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_code_and_output_fit_the_column_at_1366_px(browse, server, lang):
+    """At most 5 % of a lesson page's code and output blocks scroll sideways at 1366 px, and no
+    output does: an assert message or a printed line is never cut."""
+    page = browse(viewport=DESKTOP)
+    blocks, scrolling, outputs = 0, [], []
+    for lesson in lesson_pages(lang):
+        page.goto(f"{server}/{lang}/{lesson.as_posix()}")
+        settle(page)
+        for block in page.evaluate(CODE_BLOCKS):
+            blocks += 1
+            if block["wide"]:
+                scrolling.append(f"{lesson.stem}: {block['line'][:120]}")
+                if block["output"]:
+                    outputs.append(scrolling[-1])
+    report(
+        "code-blocks",
+        f"{lang}: {len(scrolling)} of {blocks} code and output blocks scroll sideways at 1366 px "
+        f"({len(scrolling) / blocks:.1%})",
+    )
+    assert not outputs, "outputs cut at 1366 px:\n" + "\n".join(outputs)
+    assert len(scrolling) <= 0.05 * blocks, "blocks that scroll:\n" + "\n".join(scrolling)
+
+
+# Whatever pushes a page wider than the phone: elements wider than the window that are not
+# inside a box that scrolls on its own (a code block, a table's container, the viewer).
+PAGE_OVERFLOW = """() => {
+    const width = document.documentElement.clientWidth;
+    const inScroller = el => {
+        for (let p = el.parentElement; p && p !== document.body; p = p.parentElement) {
+            const style = getComputedStyle(p);
+            if (['auto', 'scroll'].includes(style.overflowX) || p.tagName === 'PRE') return true;
+        }
+        return false;
+    };
+    const wide = [...document.querySelectorAll('article.bd-article *')].filter(el => {
+        const box = el.getBoundingClientRect();
+        return box.right > width + 1 && !inScroller(el) && box.width > 0;
+    });
+    return {scroll: document.documentElement.scrollWidth, width,
+            wide: wide.slice(0, 3).map(el => el.outerHTML.slice(0, 160))};
+}"""
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_no_page_is_wider_than_a_phone(browse, server, lang):
+    """On a 390 px phone no page scrolls sideways: wide tables and code scroll in their own box,
+    long inline code (in headings too) wraps, and the results table keeps its lesson column."""
+    page = browse(**PHONE)
+    problems = []
+    for path in ["index.html", *(p.as_posix() for p in lesson_pages(lang))]:
+        page.goto(f"{server}/{lang}/{path}")
+        found = page.evaluate(PAGE_OVERFLOW)
+        if found["scroll"] > found["width"] or found["wide"]:
+            problems.append(f"{path}: {found['scroll']} px > {found['width']}: {found['wide']}")
+    assert not problems, "\n".join(problems)
+    page.goto(f"{server}/{lang}/index.html")
+    table = page.locator("table.course-results")
+    lesson = table.locator("tbody tr td:nth-child(3) a").first
+    lesson.scroll_into_view_if_needed()
+    box, frame = lesson.bounding_box(), page.viewport_size
+    assert box and 0 <= box["x"] and box["x"] + box["width"] <= frame["width"], (
+        "the results table's lesson column is on screen once scrolled to"
+    )
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE["viewport"]], ids=["desktop", "phone"])
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_the_landing_page_starts_with_the_quickstart(browse, server, lang, viewport):
+    """Above the fold, the article's first control is the way to the quickstart; the tab names
+    the site once, the page has one viewport, and the theme logs no error."""
+    page = browse(viewport=viewport)
+    errors = []
+    # (Not the browser's own request for /favicon.ico, which the site does not have.)
+    page.on(
+        "console",
+        lambda m: (
+            errors.append(m.text)
+            if m.type == "error" and not m.text.startswith("Failed to load resource")
+            else None
+        ),
+    )
+    page.goto(f"{server}/{lang}/index.html", wait_until="networkidle")
+    controls = "article.bd-article :is(a[href]:not(.headerlink), button):visible"
+    first = page.locator(controls).first
+    assert first.get_attribute("href").endswith("lessons/quickstart/quickstart.html"), (
+        f"the article's first control leads to {first.get_attribute('href')}"
+    )
+    box = first.bounding_box()
+    assert box["y"] + box["height"] <= viewport["height"], "the quickstart link is above the fold"
+    title = page.title()
+    name = course_conf.TEXT[lang]["project"]
+    assert title.count(name) == 1, f"the tab says {title!r}"
+    assert page.locator('meta[name="viewport"]').count() == 1, "one viewport meta"
+    caption = page.locator("table.course-results caption").inner_text().strip()
+    headings = [h.strip() for h in page.locator("article h2").all_inner_texts()]
+    assert caption and all(caption not in h and h not in caption for h in headings if h), (
+        f"the table's caption repeats a heading: {caption!r}"
+    )
+    report_link = page.locator("a.course-report-link")
+    assert report_link.count() == 1, "the report link is still on the page"
+    assert not errors, f"console errors: {errors}"
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_lesson_pages_open_on_their_title_and_paragraph(site, lang):
+    """No download note above the title, no cell holding only the license comment: the page's
+    text (and so its search snippet) starts with its title and its own paragraph."""
+    for page in lesson_pages(lang):
+        html = (site / lang / page).read_text("utf-8")
+        article = html.split('<article class="bd-article">', 1)[1]
+        assert "sphx-glr-download-link-note" not in html, f"{lang}/{page}: the download note"
+        assert "SPDX-License-Identifier" not in article, f"{lang}/{page}: the license cell"
+        first_text = re.search(r"<(h1|p|pre)\b", article)
+        assert first_text and first_text[1] == "h1", f"{lang}/{page} opens with <{first_text[1]}>"
+
+
+def test_build_by_products_are_not_published(site):
+    assert not (site / "jupyter_execute").exists(), "myst-nb's executed notebooks"
+    for lang in LANGUAGES:
+        assert not (site / lang / "webpack-macros.html").exists(), "the theme's macros"
+        assert not (site / lang / "_static" / "webpack-macros.html").exists()

@@ -51,7 +51,9 @@ print(f"x: {tuple(x.shape)}")
 # -------------------------
 # ``torch.export.export(model, args)`` takes the example inputs as a tuple, even when there is
 # only one. Each box in the picture is one ATen operation that export recorded; each ellipse is
-# a graph input.
+# a graph input. Every node has a tooltip with its op, dtype and shape, weights and source line:
+# hover over it, or on a touch screen tap it. Click or tap a picture (or its *Open full size*
+# button) to open it full size, with pan and zoom: the course's bigger graphs need it.
 
 program = torch.export.export(model, (x,))
 print(type(program).__name__)

@@ -51,6 +51,9 @@ print(f"x: {tuple(x.shape)}")
 # -----------------
 # ``torch.export.export(model, args)`` 的範例輸入要包成 tuple，只有一個也一樣。
 # 圖上每個方框是 export 記下的一個 ATen 運算，每個橢圓是圖的一個輸入。
+# 每個 node 都有提示框，列出它的 op、dtype 與 shape、weight 和原始碼行：滑鼠移到 node 上，
+# 或在觸控螢幕上點一下 node，就會顯示。點一下圖（或圖下方的「放大檢視」按鈕），
+# 可以用原始大小開啟它，並且拖曳與縮放：課程後面較大的圖需要這樣看。
 
 program = torch.export.export(model, (x,))
 print(type(program).__name__)

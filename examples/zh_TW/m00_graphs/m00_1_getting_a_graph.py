@@ -175,7 +175,7 @@ assert [node.name for node in guards.args] == ["x"], "它讀取輸入"
 assert not guards.users, "它不回傳任何東西，所以沒有人讀它"
 
 # %%
-# eager 模型吃得下 batch 為 3 的輸入，匯出的圖卻拒絕它；
+# eager 模型吃得下 批次大小為 3 的輸入，匯出的圖卻拒絕它；
 # 失敗的檢查是 guard ``x.size()[0] == 2`` （2 就是範例輸入的批次大小）。
 
 x3 = example_inputs(3)[0]
@@ -271,7 +271,7 @@ assert torch.equal(from_unguarded, eager), "check_guards 只影響檢查，不�
 #          assert len(cnn_inputs) == len(cnn.state_dict()) + 1 == 10, "9 個狀態張量加上 x"
 #          assert cnn_program.graph_signature.user_outputs == ("linear",), "fc 的 aten.linear"
 #
-# 2. 用 batch 為 4 的輸入匯出 ``conv_relu``。預測拿 ``x`` （batch 為 2）呼叫它的
+# 2. 用批次大小為 4 的輸入匯出 ``conv_relu``。預測拿 ``x`` （批次大小 2）呼叫它的
 #    ``.module()`` 會發生什麼事。
 #
 #    .. dropdown:: 解答
@@ -292,7 +292,7 @@ assert torch.equal(from_unguarded, eager), "check_guards 只影響檢查，不�
 #          dynamic = {"x": {0: torch.export.Dim("batch")}}
 #          gm_dynamic = torch.export.export(model, (x,), dynamic_shapes=dynamic).module()
 #          with torch.no_grad():
-#              assert torch.equal(gm_dynamic(x3), model(x3)), "現在 batch 為 3 也能用"
+#              assert torch.equal(gm_dynamic(x3), model(x3)), "現在批次大小為 3 也能用"
 #          conv_val = next(n for n in gm_dynamic.graph.nodes if n.name == "conv2d").meta["val"]
 #          assert isinstance(conv_val.shape[0], torch.SymInt), "批次大小是一個符號"
 

@@ -175,7 +175,7 @@ assert [node.name for node in guards.args] == ["x"], "它讀取輸入"
 assert not guards.users, "它不回傳任何東西，所以沒有人讀它"
 
 # %%
-# eager 模型吃得下 批次大小為 3 的輸入，匯出的圖卻拒絕它；
+# eager 模型吃得下批次大小為 3 的輸入，匯出的圖卻拒絕它；
 # 失敗的檢查是 guard ``x.size()[0] == 2`` （2 就是範例輸入的批次大小）。
 
 x3 = example_inputs(3)[0]

@@ -195,7 +195,26 @@ print({LABELS[key]: "changed" if changed else "unchanged" for key, changed in mo
 assert moved == {"dynamic": False, "pt2e": True}, "a scale per token, a scale per tensor"
 
 # %%
-# Step 4 — The kernels that run, compiled
+# Step 4 — Fewer bits
+# -------------------
+# ``quantize_`` goes below 8 bits: ``IntxWeightOnlyConfig`` stores 4-bit weights (here with
+# its default, a scale per output row), the kind of recipe LLMs use to fit in memory; the
+# error grows, as it must with 16 levels instead of 256. The x86 quantizer's configs are int8
+# weights and uint8 activations, nothing smaller.
+
+int4 = with_quantize_(encoder, IntxWeightOnlyConfig(weight_dtype=torch.int4))
+weight4 = int4.blocks[0].fc1.weight
+with torch.no_grad():
+    errors["int4"] = sqnr(reference, int4(*tokens)).item()
+x86 = get_default_x86_inductor_quantization_config()
+print(f"quantize_ int4 weight-only: {errors['int4']:.1f} dB, block {tuple(weight4.block_size)}")
+print(f"x86 quantizer: weights {x86.weight.dtype}, activations {x86.input_activation.dtype}")
+assert tuple(weight4.block_size) == (1, 256), "a scale per row"
+assert 20 < errors["int4"] < errors["weight_only"], "4 bits: more error than 8"
+assert (x86.weight.dtype, x86.input_activation.dtype) == (torch.int8, torch.uint8)
+
+# %%
+# Step 5 — The kernels that run, compiled
 # ---------------------------------------
 # Each model is compiled with ``torch.compile`` and freezing, in the thread count the timing
 # uses (M03-3's rules). ``race`` (``common.timing``) compiles the two graphs, fp32 and PT2E,
@@ -252,31 +271,12 @@ assert ran[LABELS["weight_only"]].float and not ran[LABELS["weight_only"]].int8,
 )
 
 # %%
-# Step 5 — Speed
+# Step 6 — Speed
 # --------------
 # Medians of interleaved rounds, with the spread, the thread count and the CPU's int8 path
 # printed beside them (M03-3). Never asserted: they depend on the machine.
 
 print(timings.table())
-
-# %%
-# Step 6 — Fewer bits
-# -------------------
-# ``quantize_`` goes below 8 bits: ``IntxWeightOnlyConfig`` stores 4-bit weights (here with
-# its default, a scale per output row), the kind of recipe LLMs use to fit in memory; the
-# error grows, as it must with 16 levels instead of 256. The x86 quantizer's configs are int8
-# weights and uint8 activations, nothing smaller.
-
-int4 = with_quantize_(encoder, IntxWeightOnlyConfig(weight_dtype=torch.int4))
-weight4 = int4.blocks[0].fc1.weight
-with torch.no_grad():
-    errors["int4"] = sqnr(reference, int4(*tokens)).item()
-x86 = get_default_x86_inductor_quantization_config()
-print(f"quantize_ int4 weight-only: {errors['int4']:.1f} dB, block {tuple(weight4.block_size)}")
-print(f"x86 quantizer: weights {x86.weight.dtype}, activations {x86.input_activation.dtype}")
-assert tuple(weight4.block_size) == (1, 256), "a scale per row"
-assert 20 < errors["int4"] < errors["weight_only"], "4 bits: more error than 8"
-assert (x86.weight.dtype, x86.input_activation.dtype) == (torch.int8, torch.uint8)
 
 # %%
 # Summary

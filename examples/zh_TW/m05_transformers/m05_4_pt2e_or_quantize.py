@@ -188,7 +188,25 @@ print({LABELS[key]: "改變" if changed else "不變" for key, changed in moved.
 assert moved == {"dynamic": False, "pt2e": True}, "每個 token 一個 scale，每個張量一個 scale"
 
 # %%
-# 步驟 4 — 編譯後執行的 kernel
+# 步驟 4 — 更少的位元
+# -------------------
+# ``quantize_`` 可以低於 8 位元： ``IntxWeightOnlyConfig`` 以 4 位元儲存 weight（這裡用它的預設：
+# 每個輸出列一個 scale），這類配方是 LLM 為了放進記憶體而用的；誤差變大，因為只剩 16 個量化值，
+# 而不是 256 個。x86 quantizer 的設定是 int8 weight 與 uint8 活化值，沒有更小的。
+
+int4 = with_quantize_(encoder, IntxWeightOnlyConfig(weight_dtype=torch.int4))
+weight4 = int4.blocks[0].fc1.weight
+with torch.no_grad():
+    errors["int4"] = sqnr(reference, int4(*tokens)).item()
+x86 = get_default_x86_inductor_quantization_config()
+print(f"quantize_ int4 只量化 weight：{errors['int4']:.1f} dB，區塊 {tuple(weight4.block_size)}")
+print(f"x86 quantizer：weight {x86.weight.dtype}，活化值 {x86.input_activation.dtype}")
+assert tuple(weight4.block_size) == (1, 256), "每列一個 scale"
+assert 20 < errors["int4"] < errors["weight_only"], "4 位元：誤差比 8 位元大"
+assert (x86.weight.dtype, x86.input_activation.dtype) == (torch.int8, torch.uint8)
+
+# %%
+# 步驟 5 — 編譯後執行的 kernel
 # ----------------------------
 # 每個模型都以 ``torch.compile`` 加 freezing 編譯，而且在計時所用的執行緒數下編譯（M03-3 的
 # 規則）。 ``race`` （ ``common.timing`` ）編譯 fp32 與 PT2E 這兩張圖，並讀出各自執行的 kernel
@@ -243,30 +261,12 @@ assert ran[LABELS["weight_only"]].float and not ran[LABELS["weight_only"]].int8,
 )
 
 # %%
-# 步驟 5 — 速度
+# 步驟 6 — 速度
 # -------------
 # 交錯輪次的中位數，旁邊印出離散程度、執行緒數與這顆 CPU 的 int8 路徑（M03-3）。這些數字
 # 不做 assert：它們取決於機器。
 
 print(timings.table())
-
-# %%
-# 步驟 6 — 更少的位元
-# -------------------
-# ``quantize_`` 可以低於 8 位元： ``IntxWeightOnlyConfig`` 以 4 位元儲存 weight（這裡用它的預設：
-# 每個輸出列一個 scale），這類配方是 LLM 為了放進記憶體而用的；誤差變大，因為只剩 16 個量化值，
-# 而不是 256 個。x86 quantizer 的設定是 int8 weight 與 uint8 活化值，沒有更小的。
-
-int4 = with_quantize_(encoder, IntxWeightOnlyConfig(weight_dtype=torch.int4))
-weight4 = int4.blocks[0].fc1.weight
-with torch.no_grad():
-    errors["int4"] = sqnr(reference, int4(*tokens)).item()
-x86 = get_default_x86_inductor_quantization_config()
-print(f"quantize_ int4 只量化 weight：{errors['int4']:.1f} dB，區塊 {tuple(weight4.block_size)}")
-print(f"x86 quantizer：weight {x86.weight.dtype}，活化值 {x86.input_activation.dtype}")
-assert tuple(weight4.block_size) == (1, 256), "每列一個 scale"
-assert 20 < errors["int4"] < errors["weight_only"], "4 位元：誤差比 8 位元大"
-assert (x86.weight.dtype, x86.input_activation.dtype) == (torch.int8, torch.uint8)
 
 # %%
 # 小結

@@ -183,9 +183,11 @@ assert same_constants(gm, reference), "the same constants, prepacked weights inc
 assert torch.equal(gm(*fresh), reference(*fresh)), "bit-exact with lower_pt2e_quantized_to_x86"
 
 # %%
-# The packaged version, ``common.lowering.lower(model, example_inputs)``, runs steps 1–5;
-# ``tests/test_lowering.py`` checks it against torchao on every zoo model and M02 test model,
-# bit for bit.
+# The packaged version, ``common.lowering.lower(model, example_inputs)``, runs steps 1–5 and
+# what transformer graphs add: dynamically quantized linears, a dequantize shared by q/k/v
+# given to each user, and float linears packed for MKL. ``tests/test_lowering.py`` checks it
+# against torchao, bit for bit, on every zoo model, M02's test models and held-out
+# transformer graphs (an ``nn.TransformerEncoderLayer``, a tiny ViT), static and dynamic.
 
 packaged = lowering.lower(simulated, x)
 lowering.reshape_views(packaged)

@@ -227,7 +227,7 @@ assert zero_points["openvino"] == [127] and 0 in zero_points["x86"]
 # add.
 
 only_openvino = sorted(quantized_outputs(OpenVINOQuantizer()) - quantized_outputs(x86_quantizer()))
-print("OpenVINO only:", only_openvino)
+print(f"OpenVINO only: {only_openvino}")
 assert "conv2d_2" in only_openvino
 draw(converted["openvino"], highlight=only_openvino, title="OpenVINO: outputs x86 leaves float")
 

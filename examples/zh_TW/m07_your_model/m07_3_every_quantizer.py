@@ -222,7 +222,7 @@ assert zero_points["openvino"] == [127] and 0 in zero_points["x86"]
 # 直接流進併在一起的 add。
 
 only_openvino = sorted(quantized_outputs(OpenVINOQuantizer()) - quantized_outputs(x86_quantizer()))
-print("只有 OpenVINO 量化：", only_openvino)
+print(f"只有 OpenVINO 量化：{only_openvino}")
 assert "conv2d_2" in only_openvino
 draw(converted["openvino"], highlight=only_openvino, title="OpenVINO：x86 留在浮點數的輸出")
 

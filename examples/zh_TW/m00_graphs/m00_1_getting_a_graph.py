@@ -302,7 +302,7 @@ assert torch.equal(from_unguarded, eager), "check_guards 只影響檢查，不�
 # - `torch.export <https://docs.pytorch.org/docs/stable/export.html>`_：``ExportedProgram``、
 #   graph signature、dynamic shapes，以及 strict 與 non-strict 兩種追蹤方式。
 # - `torch.fx <https://docs.pytorch.org/docs/stable/fx.html>`_：``GraphModule`` 與它產生的程式碼。
-# - :ref:`疑難排解：匯入與 export
+# - :ref:`疑難排解：匯入與匯出
 #   <sphx_glr_lessons_troubleshooting_m99_1_imports_and_export.py>`：同樣的錯誤，依錯誤訊息查
 #
 # 下一課

@@ -326,7 +326,7 @@ assert strict_conv.meta["source_fn_stack"][-1][1] is torch.nn.Conv2d, "strict �
 # - `torch.fx <https://docs.pytorch.org/docs/stable/fx.html>`_：``Node`` 類別與它的欄位。
 # - `torch.export <https://docs.pytorch.org/docs/stable/export.html>`_：它產生的 IR，
 #   以及記在 node 上的中繼資料。
-# - :ref:`疑難排解：匯入與 export
+# - :ref:`疑難排解：匯入與匯出
 #   <sphx_glr_lessons_troubleshooting_m99_1_imports_and_export.py>`：同樣的錯誤，依錯誤訊息查
 #
 # 下一課

@@ -406,7 +406,7 @@ assert get_source_partitions(functional.graph, ["conv2d"]), "用字串 'conv2d'�
 #   strict 與 non-strict export，以及它們記在 node 上的中繼資料。
 # - :ref:`疑難排解：prepare 與 convert
 #   <sphx_glr_lessons_troubleshooting_m99_2_prepare_and_convert.py>`：同樣的錯誤，依錯誤訊息查
-# - :ref:`疑難排解：匯入與 export
+# - :ref:`疑難排解：匯入與匯出
 #   <sphx_glr_lessons_troubleshooting_m99_1_imports_and_export.py>`：同樣的錯誤，依錯誤訊息查
 #
 # 下一課

@@ -405,7 +405,7 @@ for stage, counts in stages.items():
 # - `PT2E 量化總覽（torchao） <https://docs.pytorch.org/ao/stable/pt2e_quantization/index.html>`_
 # - `PyTorch 2 Export 訓練後量化（torchao） <https://docs.pytorch.org/ao/stable/pt2e_quantization/pt2e_quant_ptq.html>`_
 # - `torch.export <https://docs.pytorch.org/docs/stable/export.html>`_
-# - :ref:`疑難排解：匯入與 export
+# - :ref:`疑難排解：匯入與匯出
 #   <sphx_glr_lessons_troubleshooting_m99_1_imports_and_export.py>`：同樣的錯誤，依錯誤訊息查
 #
 # 下一課

@@ -358,7 +358,7 @@ draw(quantized, highlight=qdq, title="步驟 7：torchao 的 convert_pt2e 搭配
 #   <https://docs.pytorch.org/tutorials/prototype/pt2e_quantizer.html>`__
 # - :ref:`M05-1 · quantizer 在 attention 裡看見什麼
 #   <sphx_glr_lessons_m05_transformers_m05_1_attention.py>`：同一個問題放到 Transformer 上
-# - :ref:`疑難排解：匯入與 export
+# - :ref:`疑難排解：匯入與匯出
 #   <sphx_glr_lessons_troubleshooting_m99_1_imports_and_export.py>`：同樣的錯誤，依錯誤訊息查
 
 # %%

@@ -438,5 +438,5 @@ assert near < far / 10, "離浮點模型近了十倍"
 # ------
 # 回到 :ref:`M06-3 · 由內而外看 .pte
 # <sphx_glr_lessons_m06_executorch_m06_3_pte_inside_out.py>` ，或從疑難排解的第一頁
-# :ref:`疑難排解：匯入與 export <sphx_glr_lessons_troubleshooting_m99_1_imports_and_export.py>`
+# :ref:`疑難排解：匯入與匯出 <sphx_glr_lessons_troubleshooting_m99_1_imports_and_export.py>`
 # 讀起。

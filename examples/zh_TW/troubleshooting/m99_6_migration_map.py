@@ -432,7 +432,7 @@ torch.testing.assert_close(eager(tokens), mlp(tokens), atol=0.05, rtol=0)  # int
 # %%
 # 下一頁
 # ------
-# 回到 :ref:`疑難排解：匯入與 export
+# 回到 :ref:`疑難排解：匯入與匯出
 # <sphx_glr_lessons_troubleshooting_m99_1_imports_and_export.py>`，或繼續看
 # :ref:`M05-4 · PT2E 還是 quantize_()？
 # <sphx_glr_lessons_m05_transformers_m05_4_pt2e_or_quantize.py>`。

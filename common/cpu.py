@@ -156,7 +156,8 @@ class CpuInfo:
 
 
 _VERDICT = re.compile(
-    r"(?P<name>.*): ATen (?P<aten>\S+), oneDNN int8 path (?P<onednn>\w+)(?P<capped> \(capped[^)]*\))?; "
+    r"(?P<name>.*): ATen (?P<aten>\S+), oneDNN int8 path (?P<onednn>\w+)"
+    r"(?P<capped> \(capped[^)]*\))?; "
     r"VNNI (?P<vnni>yes|no), AMX (?P<amx>yes|no), bf16 (?P<bf16>yes|no); "
     r"(?P<threads>\d+) of (?P<cores>\d+) threads"
 )

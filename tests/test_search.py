@@ -8,31 +8,35 @@ import shutil
 import subprocess
 from urllib.parse import quote
 
-import pytest
-from lesson_scripts import EXAMPLES
-
 # tests/conftest.py puts docs/ on sys.path.
 import course_search_zh
+import pytest
+import test_site
 from course_search_zh import SPLITTER_JS, CourseChinese, glossary_terms, split
+from lesson_scripts import EXAMPLES
 
-# The browser fixtures of the built site (a local server, one Chromium).
-from test_site import browse, chromium, server  # noqa: F401
+# The browser fixtures of tests/test_site.py: the built site served locally, one Chromium.
+browse, chromium, server = test_site.browse, test_site.chromium, test_site.server
 
 TERMS = frozenset(glossary_terms())
 
 # What readers type, and the pages it must find (docnames; the first is the one they want).
 QUERIES = {
     "zh_TW": {
-        "疑難排解": [f"lessons/troubleshooting/{p.stem}" for p in sorted(
-            (EXAMPLES / "zh_TW" / "troubleshooting").glob("m99_*.py"))],
+        "疑難排解": [
+            f"lessons/troubleshooting/{p.stem}"
+            for p in sorted((EXAMPLES / "zh_TW" / "troubleshooting").glob("m99_*.py"))
+        ],
         "量化感知訓練": ["lessons/m04_accuracy/m04_3_qat"],
         "捨入": ["lessons/m01_quantized_graphs/m01_2_qdq_numbers"],
         "無聲的失敗": ["lessons/troubleshooting/m99_2_prepare_and_convert"],
         "量化": ["lessons/m01_quantized_graphs/m01_1_pt2e_flow"],
     },
     "en": {
-        "troubleshooting": [f"lessons/troubleshooting/{p.stem}" for p in sorted(
-            (EXAMPLES / "en" / "troubleshooting").glob("m99_*.py"))],
+        "troubleshooting": [
+            f"lessons/troubleshooting/{p.stem}"
+            for p in sorted((EXAMPLES / "en" / "troubleshooting").glob("m99_*.py"))
+        ],
         "quantization-aware training": ["lessons/m04_accuracy/m04_3_qat"],
         "rounding": ["lessons/m01_quantized_graphs/m01_2_qdq_numbers"],
         "silent failures": ["lessons/troubleshooting/m99_2_prepare_and_convert"],

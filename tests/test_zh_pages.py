@@ -7,18 +7,22 @@ import re
 from html.parser import HTMLParser
 
 import pytest
-from lesson_scripts import EXAMPLES
+import test_site
 
 # tests/conftest.py puts docs/ on sys.path.
 from course_anchors import english_source, english_titles, section_ids
-
-# The browser fixtures of the built site (a local server, one Chromium).
-from test_site import browse, chromium, lesson_pages, server  # noqa: F401
+from lesson_scripts import EXAMPLES
+from test_site import lesson_pages
 
 from languages import LANGUAGES
 
+# The browser fixtures of tests/test_site.py: the built site served locally, one Chromium.
+browse, chromium, server = test_site.browse, test_site.chromium, test_site.server
+
 TWINS = sorted(set(lesson_pages("zh_TW")) & set(lesson_pages("en")))
-MODULE_PAGES = sorted(f"lessons/{p.parent.name}/index.html" for p in EXAMPLES.glob("en/*/README.txt"))
+MODULE_PAGES = sorted(
+    f"lessons/{p.parent.name}/index.html" for p in EXAMPLES.glob("en/*/README.txt")
+)
 
 
 class _Sections(HTMLParser):

@@ -168,7 +168,15 @@ def _translate_search_page(app, exception) -> None:
     path.write_text(f"{head}({json.dumps(data, ensure_ascii=False, indent=4)}){tail}", "utf-8")
 
 
+def _depend_on_the_glossary(app, doctree) -> None:
+    """Every zh_TW page is indexed again when the glossary's terms change: a query holds the new
+    terms whole, and a page indexed without them would no longer be found."""
+    if app.config.language == "zh_TW":
+        app.env.note_dependency(str(GLOSSARY))
+
+
 def setup(app) -> dict:
     app.add_search_language(CourseChinese)
+    app.connect("doctree-read", _depend_on_the_glossary)
     app.connect("build-finished", _translate_search_page)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -116,7 +116,7 @@ class CpuInfo:
 
     @classmethod
     def from_verdict(cls, line: str) -> "CpuInfo | None":
-        """The ``CpuInfo`` an English ``verdict`` line describes, or None if it is none.
+        """The ``CpuInfo`` a ``verdict`` line (in either language) describes, or None.
 
         Timings keep the English line (both languages' pages show one measurement); a page
         prints it in its own language through this.
@@ -124,11 +124,13 @@ class CpuInfo:
         >>> info = describe()
         >>> CpuInfo.from_verdict(info.verdict_in("en")) == info
         True
+        >>> CpuInfo.from_verdict(info.verdict_in("zh_TW")) == info
+        True
         """
-        found = _VERDICT.fullmatch(line)
+        found = _VERDICT.fullmatch(line) or _VERDICT_ZH_TW.fullmatch(line)
         if found is None:
             return None
-        yes = {"yes": True, "no": False}
+        yes = {"yes": True, "no": False, "有": True, "無": False}
         return cls(
             name=found["name"],
             aten=found["aten"],
@@ -160,6 +162,11 @@ _VERDICT = re.compile(
     r"(?P<capped> \(capped[^)]*\))?; "
     r"VNNI (?P<vnni>yes|no), AMX (?P<amx>yes|no), bf16 (?P<bf16>yes|no); "
     r"(?P<threads>\d+) of (?P<cores>\d+) threads"
+)
+_VERDICT_ZH_TW = re.compile(
+    r"(?P<name>.*)：ATen (?P<aten>\S+)，oneDNN int8 路徑 (?P<onednn>\w+)(?P<capped>（受[^）]*）)?；"
+    r"VNNI (?P<vnni>有|無)，AMX (?P<amx>有|無)，bf16 (?P<bf16>有|無)；"
+    r"使用 (?P<cores>\d+) 個執行緒中的 (?P<threads>\d+) 個"
 )
 _CHINESE = re.compile(f"[{CJK_CHARACTERS}]")
 _COMMON = Path(__file__).resolve().parent

@@ -94,7 +94,7 @@ class Timings:
         lang = lang or lesson_language()
         one, five, _ = self.load
         rounds = max((t.rounds for t in self.times.values()), default=0)
-        info = CpuInfo.from_verdict(self.cpu)  # kept in English, shown in the page's language
+        info = CpuInfo.from_verdict(self.cpu)  # shown in the language asked
         cpu = info.verdict_in(lang) if info else self.cpu
         if lang == "zh_TW":
             return (
@@ -237,9 +237,10 @@ def _cached(key: str | None, labels: list, measure: Callable[[], "Timings"]) -> 
 
     found = measured_once.reuse(key and f"timings2-{key}", measured)  # 2: times as a list
     times = {label: Timing(**t) for label, t in zip(labels, found["times"], strict=True)}
-    return Timings(
-        times=times, threads=found["threads"], load=tuple(found["load"]), cpu=found["cpu"]
-    )
+    # Kept in English for both languages; the lesson gets it in its own.
+    info = CpuInfo.from_verdict(found["cpu"])
+    cpu = info.verdict_in(lesson_language()) if info else found["cpu"]
+    return Timings(times=times, threads=found["threads"], load=tuple(found["load"]), cpu=cpu)
 
 
 def compare_speed(

@@ -8,11 +8,10 @@ the ids are computed from the English source the same way in each, whatever else
 tests/test_anchors.py compares the built pages.
 """
 
-import io
+import re
 from pathlib import Path
 
 from docutils import nodes
-from docutils.core import publish_doctree
 from sphinx.transforms import SphinxTransform
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,22 +34,42 @@ def english_source(docname: str) -> Path | None:
     return path if path.is_file() else None
 
 
+_ADORNMENT = re.compile(r"([!-/:-@\[-`{-~])\1+\s*$")  # a line of one punctuation character
+_MARKUP = [
+    (re.compile(r":[\w:.-]+:`([^`<]*?)\s*(?:<[^`]*>)?`"), r"\1"),  # :ref:`title <target>`
+    (re.compile(r"``(.+?)``"), r"\1"),
+    (re.compile(r"`([^`<]*?)\s*(?:<[^`]*>)?`_{1,2}"), r"\1"),
+    (re.compile(r"\*\*(.+?)\*\*|\*(.+?)\*"), lambda m: m[1] or m[2]),
+    (re.compile(r"\\(.)"), r"\1"),
+]
+
+
 def english_titles(path: Path) -> list[str]:
-    """The titles of the sections of an English lesson (or README.txt), in document order."""
+    """The titles of the sections of an English lesson (or README.txt), in document order, as
+    text (inline markup removed): reST titles are a line underlined (and perhaps overlined) with
+    one punctuation character. Read by hand: docutils' own parser, inside a Sphinx build, would
+    call the build's roles."""
     text = path.read_text(encoding="utf-8")
     if path.suffix == ".py":
         from sphinx_gallery.py_source_parser import split_code_and_text_blocks
 
         _, blocks = split_code_and_text_blocks(str(path))
         text = "\n\n".join(block.content for block in blocks if block.type == "text")
-    settings = {
-        "doctitle_xform": False,  # as Sphinx: the title section stays a section
-        "report_level": 5,
-        "halt_level": 5,
-        "warning_stream": io.StringIO(),
-    }
-    doctree = publish_doctree(text, settings_overrides=settings)
-    return [section[0].astext() for section in doctree.findall(nodes.section)]
+    lines = ["", *text.splitlines(), ""]
+    titles = []
+    for i in range(1, len(lines) - 1):
+        line, before, after = lines[i], lines[i - 1], lines[i + 1]
+        if not line.strip() or line[0].isspace() or _ADORNMENT.match(line):
+            continue
+        if not _ADORNMENT.match(after) or len(after.rstrip()) < 2:
+            continue
+        if before.strip() and not (_ADORNMENT.match(before) and before[0] == after[0]):
+            continue
+        title = line.strip()
+        for pattern, replacement in _MARKUP:
+            title = pattern.sub(replacement, title)
+        titles.append(title)
+    return titles
 
 
 def section_ids(titles: list[str]) -> list[str]:

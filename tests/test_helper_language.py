@@ -132,3 +132,21 @@ def test_a_race_says_which_kernels_ran_in_the_language_asked():
     race = Race(**vars(TIMINGS), kernels={"fp32": KernelsRun(Counter(), Counter({"aten::mm": 1}))})
     assert "執行的核心程式：int8: none" in race.table(lang="zh_TW")
     assert "fp32  ran int8: none" in race.table(lang="en")
+
+
+def test_a_zh_tw_lesson_gets_its_timings_cpu_line_in_chinese(tmp_path):
+    """Timings keep the English line; the lesson that measures gets it in its own language."""
+    path = tmp_path / "zh_TW" / "m03_9_timed.py"
+    path.parent.mkdir()
+    path.write_text(
+        '"""M03-9 計時"""\n'
+        "import torch\n"
+        "from common.timing import compare_speed\n"
+        "T = compare_speed({'id': lambda x: x}, (torch.ones(2),), rounds=5)\n",
+        encoding="utf-8",
+    )
+    timings = runpy.run_path(str(path), run_name="__main__")["T"]
+    measured = CpuInfo.from_verdict(timings.cpu)
+    assert measured == replace(describe(), threads=timings.threads), timings.cpu
+    assert timings.cpu == measured.verdict_in("zh_TW")
+    assert timings.header(lang="en").startswith(measured.verdict_in("en"))

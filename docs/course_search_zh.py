@@ -48,15 +48,22 @@ def glossary_terms(path: Path = GLOSSARY) -> list[str]:
     return sorted(words)
 
 
-def split(text: str, terms: frozenset[str]) -> list[str]:
-    """The words of ``text`` the index holds and the query looks up, in order.
+def split(text: str, terms: frozenset[str], *, query: bool = False) -> list[str]:
+    """The words of ``text`` the index holds (or, with ``query``, the words a query looks up).
 
-    A run of Chinese characters gives the course terms of three or more characters it contains,
-    then each pair of neighbouring characters (a lone character stays as it is); every other word
-    (Latin letters, digits, ``_``) stays whole.
+    For the index, a run of Chinese characters gives the course terms of three or more
+    characters it contains, then each pair of neighbouring characters (a lone character stays
+    as it is). A query asks for fewer: a run that is one such term gives the term alone, any
+    other run its pairs; Sphinx's search wants every word of the query on a page, except that a
+    page holding as many words as the query has words of three or more characters is found too,
+    so a query never mixes the two kinds within a run. Either way, every other word (Latin
+    letters, digits, ``_``) stays whole, and a query's words are among the index's words of any
+    text that contains it.
 
     >>> split("無聲的失敗：int8 捨入", frozenset({"無聲的失敗"}))
     ['無聲的失敗', '無聲', '聲的', '的失', '失敗', 'int8', '捨入']
+    >>> split("無聲的失敗：int8 捨入", frozenset({"無聲的失敗"}), query=True)
+    ['無聲的失敗', 'int8', '捨入']
     """
     longest = max(map(len, terms), default=0)
     words = []
@@ -65,7 +72,10 @@ def split(text: str, terms: frozenset[str]) -> list[str]:
             if not _IS_HAN.match(part):
                 words.append(part)
                 continue
-            for i in range(len(part)):
+            if query and len(part) > 2 and part in terms:
+                words.append(part)
+                continue
+            for i in range(len(part) if not query else 0):
                 for n in range(min(longest, len(part) - i), 2, -1):
                     if part[i : i + n] in terms:
                         words.append(part[i : i + n])
@@ -75,32 +85,24 @@ def split(text: str, terms: frozenset[str]) -> list[str]:
     return words
 
 
-#: :func:`split` in JavaScript, as Sphinx's ``splitQuery``; ``TERMS`` is filled in. Words of one
-#: character are dropped, as the index drops them (``word_filter``).
+#: :func:`split` with ``query=True`` in JavaScript, as Sphinx's ``splitQuery``; ``TERMS`` and
+#: ``HAN`` are filled in. Words of one character are dropped, as the index drops them
+#: (``word_filter``).
 SPLITTER_JS = """\
-/* docs/course_search_zh.py: the query splits as the index did (Python's split()). */
+/* docs/course_search_zh.py: the query splits as the index did (Python's split(query=True)). */
 var splitQuery = (function () {
   const terms = new Set(TERMS);
-  const longest = Math.max(0, ...[...terms].map((t) => [...t].length));
   const han = /[HAN]/u;
   const parts = /[HAN]+|[^HAN]+/gu;
   const split = (text) => {
     const words = [];
     for (const token of text.match(/[\\p{L}\\p{N}_]+/gu) || []) {
       for (const part of token.match(parts)) {
-        if (!han.test(part)) {
-          words.push(part);
-          continue;
-        }
         const chars = [...part];
-        for (let i = 0; i !== chars.length; i += 1) {
-          for (let n = Math.min(longest, chars.length - i); n > 2; n -= 1) {
-            const word = chars.slice(i, i + n).join("");
-            if (terms.has(word)) words.push(word);
-          }
-        }
-        for (let i = 0; i + 1 !== chars.length; i += 1) words.push(chars[i] + chars[i + 1]);
-        if (chars.length === 1) words.push(part);
+        if (!han.test(part)) words.push(part);
+        else if (chars.length > 2 && terms.has(part)) words.push(part);
+        else if (chars.length === 1) words.push(part);
+        else for (let i = 0; i + 1 !== chars.length; i += 1) words.push(chars[i] + chars[i + 1]);
       }
     }
     return words;

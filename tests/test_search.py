@@ -82,13 +82,27 @@ def test_every_glossary_term_is_a_word_of_the_index():
         assert term in TERMS, f"{term!r} is not a course term"
 
 
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("無聲的失敗", ["無聲的失敗"]),
+        ("無聲的", ["無聲", "聲的"]),
+        ("活化值捨入", ["活化", "化值", "值捨", "捨入"]),
+        ("捨入 int8", ["捨入", "int8"]),
+    ],
+    ids=["a-term-alone", "not-a-term", "two-terms-in-a-run", "latin-beside"],
+)
+def test_a_query_asks_for_a_term_alone_or_for_pairs_never_both(text, words):
+    assert split(text, TERMS, query=True) == words
+
+
 def test_a_query_finds_any_text_that_contains_it():
     """Every word of a query is a word of any text holding the query (Sphinx needs them all)."""
     text = "convert_pt2e 之後，observer 還在圖裡：這是無聲的失敗，量化感知訓練也救不了。"
     indexed = set(split(text, TERMS))
     for start in range(len(text)):
         for end in range(start + 1, len(text) + 1):
-            query = split(text[start:end], TERMS)
+            query = split(text[start:end], TERMS, query=True)
             query = [w for w in query if len(w) > 1 and not w.isascii()]
             assert set(query) <= indexed, f"{text[start:end]!r}: {set(query) - indexed}"
 
@@ -100,7 +114,7 @@ def test_the_query_splits_in_javascript_as_the_index_in_python():
     done = subprocess.run(["node", "-e", script], capture_output=True, text=True, check=True)
     in_js = json.loads(done.stdout)
     for text, words in zip(SAMPLES, in_js, strict=True):
-        expected = [w for w in split(text, TERMS) if len(w) > 1]
+        expected = [w for w in split(text, TERMS, query=True) if len(w) > 1]
         assert words == expected, f"{text!r}: JavaScript {words}, Python {expected}"
 
 
@@ -161,7 +175,8 @@ def test_the_search_page_finds_what_readers_look_for(browse, server, lang, query
     wanted = QUERIES[lang][query]
     missing = [doc for doc in wanted if doc not in found]
     assert not missing, f"{lang}: {query!r} finds {len(found)} pages, not {missing}: {found}"
-    assert found[0] in wanted or wanted[0] in found[:5], f"{query!r}: top hits {found[:5]}"
+    if lang == "zh_TW":  # (the English ranking is Sphinx's own: ties in alphabetical order)
+        assert set(found[:3]) & set(wanted), f"{query!r}: top hits {found[:3]}"
     assert str(len(found)) in status, f"{lang}: the status line {status!r} gives no count"
     if lang == "zh_TW":
         assert re.search("[\u4e00-\u9fff]", status), f"status line {status!r} is not Chinese"
@@ -177,4 +192,4 @@ def test_the_search_box_splits_as_the_index(browse, server):
     page.wait_for_function("typeof splitQuery === 'function'")
     in_browser = page.evaluate("samples => samples.map(splitQuery)", SAMPLES)
     for text, words in zip(SAMPLES, in_browser, strict=True):
-        assert words == [w for w in split(text, TERMS) if len(w) > 1], text
+        assert words == [w for w in split(text, TERMS, query=True) if len(w) > 1], text

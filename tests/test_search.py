@@ -11,12 +11,8 @@ from urllib.parse import quote
 # tests/conftest.py puts docs/ on sys.path.
 import course_search_zh
 import pytest
-import test_site
 from course_search_zh import SPLITTER_JS, CourseChinese, glossary_terms, split
 from lesson_scripts import EXAMPLES
-
-# The browser fixtures of tests/test_site.py: the built site served locally, one Chromium.
-browse, chromium, server = test_site.browse, test_site.chromium, test_site.server
 
 TERMS = frozenset(glossary_terms())
 
@@ -30,7 +26,6 @@ QUERIES = {
         "量化感知訓練": ["lessons/m04_accuracy/m04_3_qat"],
         "捨入": ["lessons/m01_quantized_graphs/m01_2_qdq_numbers"],
         "無聲的失敗": ["lessons/troubleshooting/m99_2_prepare_and_convert"],
-        "量化": ["lessons/m01_quantized_graphs/m01_1_pt2e_flow"],
     },
     "en": {
         "troubleshooting": [

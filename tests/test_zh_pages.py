@@ -7,7 +7,6 @@ import re
 from html.parser import HTMLParser
 
 import pytest
-import test_site
 
 # tests/conftest.py puts docs/ on sys.path.
 from course_anchors import english_source, english_titles, section_ids
@@ -15,9 +14,6 @@ from lesson_scripts import EXAMPLES
 from test_site import lesson_pages
 
 from languages import LANGUAGES
-
-# The browser fixtures of tests/test_site.py: the built site served locally, one Chromium.
-browse, chromium, server = test_site.browse, test_site.chromium, test_site.server
 
 TWINS = sorted(set(lesson_pages("zh_TW")) & set(lesson_pages("en")))
 MODULE_PAGES = sorted(

@@ -89,7 +89,9 @@ def section_ids(titles: list[str]) -> list[str]:
 class EnglishSectionIds(SphinxTransform):
     """Each section's own id (its first) becomes the English twin's; links to it follow."""
 
-    default_priority = 900  # after docutils has named the sections and resolved the references
+    # After docutils has named the sections and resolved the references (up to 850), before
+    # Sphinx emits doctree-read (880), where the page's table of contents is collected.
+    default_priority = 870
 
     def apply(self, **kwargs) -> None:
         source = english_source(self.env.docname)

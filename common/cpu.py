@@ -1,8 +1,12 @@
 """What this CPU gives int8 kernels (ISA, VNNI, AMX, bf16), and running a step under another ISA."""
 
+import ast
 import hashlib
+import inspect
 import json
+import linecache
 import os
+import re
 import subprocess
 import sys
 from dataclasses import asdict, dataclass
@@ -10,7 +14,17 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["ISA_PATHS", "CpuInfo", "describe", "isa_environment", "run_under_isa", "weaker_paths"]
+from common.charts import CJK_CHARACTERS
+
+__all__ = [
+    "ISA_PATHS",
+    "CpuInfo",
+    "describe",
+    "isa_environment",
+    "lesson_language",
+    "run_under_isa",
+    "weaker_paths",
+]
 
 #: The kernel paths a lesson can ask for, weakest first, and the variables that cap oneDNN's,
 #: ATen's and MKL's instruction sets in a fresh process (each is read once, at first use, so
@@ -69,13 +83,64 @@ class CpuInfo:
 
     @property
     def verdict(self) -> str:
-        """One line for a page: the ISA, VNNI, AMX and bf16 yes/no, and the threads."""
+        """One line for a page: the ISA, VNNI, AMX and bf16 yes/no, and the threads, in the
+        language of the lesson that asks (``lesson_language()``)."""
+        return self.verdict_in(lesson_language())
+
+    def verdict_in(self, lang: str) -> str:
+        """``verdict`` in ``lang``, ``"en"`` or ``"zh_TW"``.
+
+        >>> info = CpuInfo("CPU", "AVX2", "AVX2", False, False, False, 1, 2, False)
+        >>> info.verdict_in("en")
+        'CPU: ATen AVX2, oneDNN int8 path AVX2; VNNI no, AMX no, bf16 no; 1 of 2 threads'
+        >>> info.verdict_in("zh_TW")
+        'CPU：ATen AVX2，oneDNN int8 路徑 AVX2；VNNI 無，AMX 無，bf16 無；使用 2 個執行緒中的 1 個'
+        """
+        if lang == "zh_TW":
+            yes = {True: "有", False: "無"}
+            capped = "（受 ONEDNN_MAX_CPU_ISA／ATEN_CPU_CAPABILITY 限制）" if self.emulated else ""
+            return (
+                f"{self.name}：ATen {self.aten}，oneDNN int8 路徑 {self.onednn}{capped}；"
+                f"VNNI {yes[self.vnni]}，AMX {yes[self.amx_int8]}，bf16 {yes[self.bf16]}；"
+                f"使用 {self.cores} 個執行緒中的 {self.threads} 個"
+            )
+        if lang != "en":
+            raise ValueError(f"unknown language {lang!r} (one of: en, zh_TW)")
         yes = {True: "yes", False: "no"}
         capped = " (capped by ONEDNN_MAX_CPU_ISA/ATEN_CPU_CAPABILITY)" if self.emulated else ""
         return (
             f"{self.name}: ATen {self.aten}, oneDNN int8 path {self.onednn}{capped}; "
             f"VNNI {yes[self.vnni]}, AMX {yes[self.amx_int8]}, bf16 {yes[self.bf16]}; "
             f"{self.threads} of {self.cores} threads"
+        )
+
+    @classmethod
+    def from_verdict(cls, line: str) -> "CpuInfo | None":
+        """The ``CpuInfo`` a ``verdict`` line (in either language) describes, or None.
+
+        Timings keep the English line (both languages' pages show one measurement); a page
+        prints it in its own language through this.
+
+        >>> info = describe()
+        >>> CpuInfo.from_verdict(info.verdict_in("en")) == info
+        True
+        >>> CpuInfo.from_verdict(info.verdict_in("zh_TW")) == info
+        True
+        """
+        found = _VERDICT.fullmatch(line) or _VERDICT_ZH_TW.fullmatch(line)
+        if found is None:
+            return None
+        yes = {"yes": True, "no": False, "有": True, "無": False}
+        return cls(
+            name=found["name"],
+            aten=found["aten"],
+            onednn=found["onednn"],
+            vnni=yes[found["vnni"]],
+            amx_int8=yes[found["amx"]],
+            bf16=yes[found["bf16"]],
+            threads=int(found["threads"]),
+            cores=int(found["cores"]),
+            emulated=bool(found["capped"]),
         )
 
     @property
@@ -90,6 +155,56 @@ class CpuInfo:
     def as_dict(self) -> dict:
         """The fields as a plain dict (for JSON)."""
         return asdict(self)
+
+
+_VERDICT = re.compile(
+    r"(?P<name>.*): ATen (?P<aten>\S+), oneDNN int8 path (?P<onednn>\w+)"
+    r"(?P<capped> \(capped[^)]*\))?; "
+    r"VNNI (?P<vnni>yes|no), AMX (?P<amx>yes|no), bf16 (?P<bf16>yes|no); "
+    r"(?P<threads>\d+) of (?P<cores>\d+) threads"
+)
+_VERDICT_ZH_TW = re.compile(
+    r"(?P<name>.*)：ATen (?P<aten>\S+)，oneDNN int8 路徑 (?P<onednn>\w+)(?P<capped>（受[^）]*）)?；"
+    r"VNNI (?P<vnni>有|無)，AMX (?P<amx>有|無)，bf16 (?P<bf16>有|無)；"
+    r"使用 (?P<cores>\d+) 個執行緒中的 (?P<threads>\d+) 個"
+)
+_CHINESE = re.compile(f"[{CJK_CHARACTERS}]")
+_COMMON = Path(__file__).resolve().parent
+
+
+def lesson_language() -> str:
+    """The language of the lesson that is running, ``"zh_TW"`` or ``"en"``: the helpers print
+    their lines (``CpuInfo.verdict``, ``Timings.table()``) in it.
+
+    Read from the lesson itself, so that a downloaded script or notebook needs no setting. The
+    lesson is the first caller outside ``common/``; it is zh_TW when its path has a ``zh_TW``
+    folder (``examples/zh_TW/``, as the site's build and the tests run it) or its docstring is
+    Chinese (a downloaded script), or, in Jupyter, when a cell run so far holds Chinese (a zh_TW
+    notebook's first cell does). Anything else is en.
+
+    >>> lesson_language()
+    'en'
+    """
+    frame = inspect.currentframe()
+    while frame is not None and Path(frame.f_code.co_filename).resolve().parent == _COMMON:
+        frame = frame.f_back
+    if frame is not None:
+        filename = frame.f_code.co_filename
+        if "zh_TW" in Path(filename).parts or _chinese_docstring(filename):
+            return "zh_TW"
+    cells = getattr(sys.modules.get("__main__"), "In", None)  # IPython's inputs, in Jupyter
+    if isinstance(cells, list) and any(_CHINESE.search(cell) for cell in cells):
+        return "zh_TW"
+    return "en"
+
+
+def _chinese_docstring(filename: str) -> bool:
+    source = "".join(linecache.getlines(filename))
+    try:
+        docstring = ast.get_docstring(ast.parse(source)) or ""
+    except (SyntaxError, ValueError):
+        return False
+    return bool(_CHINESE.search(docstring))
 
 
 def _native_onednn(caps: dict) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from common.charts import display_width, pad
-from common.cpu import describe
+from common.cpu import CpuInfo, describe, lesson_language
 from common.kernels import kernels_run
 
 __all__ = [
@@ -81,27 +81,50 @@ class Timings:
         """How many times faster ``faster`` is than ``slower`` (medians)."""
         return self.times[slower].median / self.times[faster].median
 
-    def header(self) -> str:
-        """The line that says how the numbers were taken: CPU verdict, threads, load."""
+    def header(self, *, lang: str | None = None) -> str:
+        """The line that says how the numbers were taken: CPU verdict, threads, load.
+
+        Args:
+            lang: ``"en"`` or ``"zh_TW"``; the running lesson's (``lesson_language()``) when
+                omitted.
+
+        >>> Timings(threads=1, load=(0.5, 0.25, 0.0)).header(lang="zh_TW").splitlines()[1]
+        '以 1 個執行緒計時，交錯 0 輪；平均負載 0.50（1 分鐘）、0.25（5 分鐘）'
+        """
+        lang = lang or lesson_language()
         one, five, _ = self.load
         rounds = max((t.rounds for t in self.times.values()), default=0)
+        info = CpuInfo.from_verdict(self.cpu)  # shown in the language asked
+        cpu = info.verdict_in(lang) if info else self.cpu
+        if lang == "zh_TW":
+            return (
+                f"{cpu}\n以 {self.threads} 個執行緒計時，交錯 {rounds} 輪；"
+                f"平均負載 {one:.2f}（1 分鐘）、{five:.2f}（5 分鐘）"
+            )
         return (
-            f"{self.cpu}\n"
+            f"{cpu}\n"
             f"timed with {self.threads} thread(s), {rounds} interleaved rounds; "
             f"load average {one:.2f} (1 min), {five:.2f} (5 min)"
         )
 
-    def table(self) -> str:
-        """A plain-text table: median, p10–p90 and spread per model, then the header."""
+    def table(self, *, lang: str | None = None) -> str:
+        """A plain-text table: median, p10–p90 and spread per model, then the header.
+
+        Args:
+            lang: ``"en"`` or ``"zh_TW"``; the running lesson's (``lesson_language()``) when
+                omitted.
+        """
+        lang = lang or lesson_language()
         width = max((display_width(label) for label in self.times), default=5)
         ranges = {label: f"{t.low:.3f}–{t.high:.3f}" for label, t in self.times.items()}
         span = max((len(r) for r in ranges.values()), default=10)
-        lines = [f"{'':{width}}  {'median ms':>10}  {'p10–p90 ms':>{span}}  spread"]
+        median = "中位數 ms" if lang == "zh_TW" else "median ms"
+        lines = [f"{'':{width}}  {pad(median, 10, align='>')}  {'p10–p90 ms':>{span}}  spread"]
         for label, t in self.times.items():
             lines.append(
                 f"{pad(label, width)}  {t.median:10.3f}  {ranges[label]:>{span}}  {t.spread:6.0%}"
             )
-        return "\n".join([*lines, self.header()])
+        return "\n".join([*lines, self.header(lang=lang)])
 
 
 @contextlib.contextmanager
@@ -214,9 +237,10 @@ def _cached(key: str | None, labels: list, measure: Callable[[], "Timings"]) -> 
 
     found = measured_once.reuse(key and f"timings2-{key}", measured)  # 2: times as a list
     times = {label: Timing(**t) for label, t in zip(labels, found["times"], strict=True)}
-    return Timings(
-        times=times, threads=found["threads"], load=tuple(found["load"]), cpu=found["cpu"]
-    )
+    # Kept in English for both languages; the lesson gets it in its own.
+    info = CpuInfo.from_verdict(found["cpu"])
+    cpu = info.verdict_in(lesson_language()) if info else found["cpu"]
+    return Timings(times=times, threads=found["threads"], load=tuple(found["load"]), cpu=cpu)
 
 
 def compare_speed(
@@ -283,7 +307,7 @@ def _measure(models: dict, args: tuple, rounds: int, warmup: int, count: int) ->
                 models[label](*args)
                 if index >= warmup:
                     spent[label].append((time.perf_counter() - start) * 1e3)
-        cpu = describe().verdict
+        cpu = describe().verdict_in("en")  # both languages' pages show this measurement
     load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
     times = {
         label: Timing(
@@ -310,11 +334,18 @@ class Race(Timings):
     models: dict = field(default_factory=dict)
     kernels: dict = field(default_factory=dict)
 
-    def table(self) -> str:
-        """The timings' table, then one line per model saying which kernels it ran."""
+    def table(self, *, lang: str | None = None) -> str:
+        """The timings' table, then one line per model saying which kernels it ran.
+
+        Args:
+            lang: ``"en"`` or ``"zh_TW"``; the running lesson's (``lesson_language()``) when
+                omitted.
+        """
+        lang = lang or lesson_language()
         width = max((display_width(label) for label in self.kernels), default=5)
-        lines = [f"{pad(label, width)}  ran {k.summary}" for label, k in self.kernels.items()]
-        return "\n".join([super().table(), *lines])
+        ran = "執行的核心程式：" if lang == "zh_TW" else "ran "
+        lines = [f"{pad(label, width)}  {ran}{k.summary}" for label, k in self.kernels.items()]
+        return "\n".join([super().table(lang=lang), *lines])
 
 
 def race(

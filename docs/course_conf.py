@@ -1,6 +1,5 @@
 """Sphinx configuration shared by the per-language builds (docs/<lang>/conf.py)."""
 
-import logging
 import os
 
 # The repository, the site's address and the languages are build facts that nox and the tests
@@ -159,11 +158,6 @@ def make_config(lang: str) -> dict:
     _quiet_kernels()
     # torch.compile's compiled kernels (M03-3) are cached here: rebuilds do not recompile.
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(ROOT / "build" / "inductor_cache"))
-    if lang == "zh_TW":
-        import jieba  # segments Chinese words for the search index
-
-        # jieba announces on stderr, at every build, how it loads its dictionary.
-        jieba.setLogLevel(logging.WARNING)
     text = TEXT[lang]
     other = other_language(lang)
     modules = module_folders(lang)
@@ -189,6 +183,8 @@ def make_config(lang: str) -> dict:
             "course_sitemap",  # <lang>/sitemap.xml, every page with its twin
             "course_a11y",  # docs/course_a11y.py: accessibility fixes to the theme's markup
             "zh_spacing",  # docs/zh_spacing.py: no stray spaces in Chinese text
+            "course_search_zh",  # zh_TW search: the index and the query split alike
+            "course_anchors",  # a lesson's section ids are its English twin's, in both languages
         ],
         "html_theme": "pydata_sphinx_theme",
         # The theme's interface strings in Traditional Chinese (docs/locale/zh_TW/LC_MESSAGES/
@@ -202,11 +198,13 @@ def make_config(lang: str) -> dict:
         "html_baseurl": f"{SITE_URL}{lang}/",
         "templates_path": [str(DOCS / "_templates")],
         "html_static_path": [str(DOCS / "_static")],
-        "html_css_files": ["course.css"],
+        # zh_TW pages: sphinx-gallery's "Out:" label in Chinese (course-zh-tw.css).
+        "html_css_files": ["course.css"] + (["course-zh-tw.css"] if lang == "zh_TW" else []),
         # Workaround for sphinx-doc/sphinx#14229 (Chinese search stops: "ChineseStemmer is not
         # defined"), fixed by sphinx-doc/sphinx#14416, which the pinned Sphinx 9.0.4 lacks;
         # delete docs/_static/chinese-stemmer.js with the first Sphinx release that has it.
-        "html_js_files": ["chinese-stemmer.js"] if lang == "zh_TW" else [],
+        # copybutton-zh-tw.js: the copy buttons' tooltips in Traditional Chinese.
+        "html_js_files": ["chinese-stemmer.js", "copybutton-zh-tw.js"] if lang == "zh_TW" else [],
         "html_context": {
             "other_lang_name": TEXT[other]["language_name"],
             "other_lang_hreflang": TEXT[other]["hreflang"],
@@ -231,11 +229,8 @@ def make_config(lang: str) -> dict:
             "footer_end": [],
         },
         "html_show_sourcelink": False,
-        # jieba segments Chinese words for the search index; English keeps the default.
+        # Chinese pages are searched with the course's splitter (docs/course_search_zh.py).
         "html_search_language": "zh" if lang == "zh_TW" else "en",
-        # Sphinx would load jieba's own dictionary a second time as a "user" dictionary
-        # (seconds on every zh build); jieba already uses it.
-        "html_search_options": {"dict": ""} if lang == "zh_TW" else {},
         "exclude_patterns": [
             "_build",
             # The gallery writes its .py/.ipynb downloads next to the pages; they are not

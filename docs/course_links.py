@@ -62,13 +62,13 @@ def report_url(lang: str, pagename: str, title: str) -> str:
 
 
 @functools.cache
-def _stack() -> str:
+def _stack(lang: str) -> str:
     """The versions of torch, torchao and executorch and the CPU verdict of this process, the
-    one that ran the lessons."""
+    one that ran the lessons, in the page's language."""
     from common.cpu import describe
 
     versions = ", ".join(f"{name} {_version(name)}" for name in ("torch", "torchao", "executorch"))
-    return f"{versions} · {describe().verdict}"
+    return f"{versions} · {describe().verdict_in(lang)}"
 
 
 def _version(name: str) -> str:
@@ -85,7 +85,7 @@ def built_with(lang: str, page_source: Path) -> str:
     the lesson (and only then): a page written again later still gives the day of the run.
     """
     ran = datetime.datetime.fromtimestamp(page_source.stat().st_mtime, datetime.UTC).date()
-    return TEXT[lang]["built_with"].format(stack=_stack(), date=ran.isoformat())
+    return TEXT[lang]["built_with"].format(stack=_stack(lang), date=ran.isoformat())
 
 
 def run_needs(lang: str, scripts: list[Path]) -> str:

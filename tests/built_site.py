@@ -3,6 +3,7 @@
 import os
 import sys
 import time
+from http.server import SimpleHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -44,3 +45,22 @@ def no_sources_from_the_future() -> None:
         for path in (ROOT / folder).rglob("*"):
             if path.is_file() and path.stat().st_mtime > now:
                 os.utime(path, (now, now))
+
+
+# The browser tests' server and Chromium (their fixtures are in conftest.py).
+CHROMIUM = os.environ.get("PT2E_COURSE_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-quic",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+class QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, format, *args):
+        pass

@@ -1,17 +1,30 @@
 """The test session's fixtures and hooks; the helpers the test modules import are plain modules
 beside it (lesson_scripts, built_site, marks, graphs)."""
 
+import functools
 import os
+import shutil
 import sys
+import threading
 import time
+from http.server import ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
 
 # docs/ holds languages, pattern_graphs, course_conf, zh_spacing: the tests import them.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "docs"))
 
-from built_site import BUILT, build_both, no_sources_from_the_future, site_lock
+from built_site import (
+    BUILT,
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    QuietHandler,
+    build_both,
+    no_sources_from_the_future,
+    site_lock,
+)
 from lesson_scripts import ROOT, torch_threads
 
 
@@ -74,3 +87,52 @@ def site() -> Path:
         build_both(BUILT)
     print(f"built the site into {BUILT} in {time.perf_counter() - started:.0f} s")
     return BUILT
+
+
+# ------------------------------------------------- the browser tests' fixtures (test_site, ...)
+
+
+@pytest.fixture(scope="session")
+def server(site):
+    """Serve the built site on 127.0.0.1 in a thread; yield its base URL."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(QuietHandler, directory=site))
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    if not Path(CHROMIUM).exists() and shutil.which("chromium") is None:
+        pytest.skip(f"Chromium is not installed at {CHROMIUM} (apt-get install chromium)")
+    playwright_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
+    executable = CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium")
+    with playwright_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def browse(chromium, server):
+    """browse(locale) -> a new page; every request any page makes is checked to stay local."""
+    contexts, requests = [], []
+
+    def new_page(locale: str = "en-US", **options):
+        options.setdefault("viewport", {"width": 1280, "height": 900})
+        context = chromium.new_context(locale=locale, **options)
+        context.on("request", lambda request: requests.append(request.url))
+        contexts.append(context)
+        return context.new_page()
+
+    yield new_page
+    for context in contexts:
+        context.close()
+    local = urlparse(server).netloc
+    remote = sorted(
+        {u for u in requests if urlparse(u).scheme in ("http", "https", "ws", "wss")}
+        - {u for u in requests if urlparse(u).netloc == local}
+    )
+    assert not remote, "requests left localhost:\n" + "\n".join(remote)

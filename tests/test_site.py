@@ -15,11 +15,12 @@ import shutil
 import threading
 import zipfile
 from html.parser import HTMLParser
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import quote, unquote, urlparse
 
 import pytest
+from built_site import QuietHandler
 from lesson_scripts import NOTEBOOK_LESSON, ROOT, lessons
 from marks import needs_dot
 
@@ -34,17 +35,6 @@ from languages import LANGUAGES, PAGES_BRANCH
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("site")]
 
 ARTIFACTS = Path(os.environ.get("PT2E_COURSE_ARTIFACTS", ROOT / "build" / "test-artifacts"))
-CHROMIUM = os.environ.get("PT2E_COURSE_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-quic",
-    "--disable-component-update",
-    "--disable-sync",
-]
 TWIN = re.compile(r'<a class="nav-link course-language-switch" href="([^"]+)"')
 
 
@@ -263,57 +253,6 @@ def test_glossary_pairs_every_term_with_its_lesson(site):
 
 
 # ---------------------------------------------------------------------------- in a real browser
-
-
-class QuietHandler(SimpleHTTPRequestHandler):
-    def log_message(self, format, *args):
-        pass
-
-
-@pytest.fixture(scope="session")
-def server(site):
-    """Serve the built site on 127.0.0.1 in a thread; yield its base URL."""
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(QuietHandler, directory=site))
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
-
-
-@pytest.fixture(scope="session")
-def chromium():
-    if not Path(CHROMIUM).exists() and shutil.which("chromium") is None:
-        pytest.skip(f"Chromium is not installed at {CHROMIUM} (apt-get install chromium)")
-    playwright_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
-    executable = CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium")
-    with playwright_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
-
-
-@pytest.fixture
-def browse(chromium, server):
-    """browse(locale) -> a new page; every request any page makes is checked to stay local."""
-    contexts, requests = [], []
-
-    def new_page(locale: str = "en-US", **options):
-        options.setdefault("viewport", {"width": 1280, "height": 900})
-        context = chromium.new_context(locale=locale, **options)
-        context.on("request", lambda request: requests.append(request.url))
-        contexts.append(context)
-        return context.new_page()
-
-    yield new_page
-    for context in contexts:
-        context.close()
-    local = urlparse(server).netloc
-    remote = sorted(
-        {u for u in requests if urlparse(u).scheme in ("http", "https", "ws", "wss")}
-        - {u for u in requests if urlparse(u).netloc == local}
-    )
-    assert not remote, "requests left localhost:\n" + "\n".join(remote)
 
 
 @pytest.mark.browser

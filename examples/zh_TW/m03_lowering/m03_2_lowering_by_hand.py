@@ -184,7 +184,8 @@ assert torch.equal(gm(*fresh), reference(*fresh)), "和 lower_pt2e_quantized_to_
 # %%
 # 包裝好的版本 ``common.lowering.lower(model, example_inputs)`` 執行步驟 1～5，
 # 再加上 Transformer 的圖需要的部分：動態量化的 linear、
-# q/k/v 共用的 dequantize 分給每個使用者各一份，以及打包給 MKL 的浮點 linear。``tests/test_lowering.py`` 在模型庫的每個模型、M02 的測試模型，
+# q/k/v 共用的 dequantize 分給每個使用者各一份，以及打包給 MKL 的浮點 linear。
+# ``tests/test_lowering.py`` 在模型庫的每個模型、M02 的測試模型，
 # 以及沒有參與開發的 Transformer 圖（``nn.TransformerEncoderLayer``、小型 ViT）上，
 # 靜態與動態都逐位元地和 torchao 比對。
 

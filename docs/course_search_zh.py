@@ -116,7 +116,7 @@ class CourseChinese(SearchChinese):
     """Sphinx's Chinese search (its stemming of Latin words kept) with the course's splitter."""
 
     def __init__(self, options: dict[str, str]) -> None:
-        super().__init__({**options, "dict": ""})  # no jieba dictionary is loaded
+        super().__init__({**options, "dict": ""})  # jieba is not used (nor installed)
         self.terms = frozenset(glossary_terms())
         self.js_splitter_code = SPLITTER_JS.replace("HAN", HAN).replace(
             "TERMS", json.dumps(sorted(self.terms), ensure_ascii=False)

@@ -286,13 +286,18 @@ print(f"x86 lowered vs q/dq: {gap:.2e}")
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.runtime import Runtime
 
-from common.edge import to_executorch
+from common.edge import delegated, to_executorch
 
 with contextlib.redirect_stderr(io.StringIO()):
-    pte = to_executorch(converted["xnnpack"], images, partitioner=XnnpackPartitioner()).buffer
-    program = Runtime.get().load_program(pte)  # keep the Program alive while the Method runs
+    manager = to_executorch(converted["xnnpack"], images, partitioner=XnnpackPartitioner())
+    program = Runtime.get().load_program(manager.buffer)  # alive while the Method runs
     (on_xnnpack,) = program.load_method("forward").execute([images[0]])
 print(f"XNNPACK vs q/dq: {(on_xnnpack - converted['xnnpack'](*images)).abs().max():.2e}")
+delegates = delegated(manager.exported_program())
+kernels = ("aten_convolution", "aten_linear", "aten_add")
+computed = [n for names in delegates.values() for n in names if n.startswith(kernels)]
+print(f"{len(delegates)} XNNPACK delegate, running {len(computed)} convs, linears and adds")
+assert len(computed) == 6, "every conv, linear and the add run inside XNNPACK"
 
 # %%
 # **OpenVINO**: the OpenVINO runtime converts the exported q/dq program (weights not folded,

@@ -280,13 +280,18 @@ print(f"x86 lowering 後 vs q/dq：{gap:.2e}")
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.runtime import Runtime
 
-from common.edge import to_executorch
+from common.edge import delegated, to_executorch
 
 with contextlib.redirect_stderr(io.StringIO()):
-    pte = to_executorch(converted["xnnpack"], images, partitioner=XnnpackPartitioner()).buffer
-    program = Runtime.get().load_program(pte)  # Method 執行時 Program 必須還在
+    manager = to_executorch(converted["xnnpack"], images, partitioner=XnnpackPartitioner())
+    program = Runtime.get().load_program(manager.buffer)  # Method 執行時 Program 必須還在
     (on_xnnpack,) = program.load_method("forward").execute([images[0]])
 print(f"XNNPACK vs q/dq：{(on_xnnpack - converted['xnnpack'](*images)).abs().max():.2e}")
+delegates = delegated(manager.exported_program())
+kernels = ("aten_convolution", "aten_linear", "aten_add")
+computed = [n for names in delegates.values() for n in names if n.startswith(kernels)]
+print(f"{len(delegates)} 個 XNNPACK 委派，執行 {len(computed)} 個 conv、linear 與 add")
+assert len(computed) == 6, "每個 conv、linear 與 add 都在 XNNPACK 裡執行"
 
 # %%
 # **OpenVINO**：OpenVINO 執行環境轉換匯出的 q/dq 程式（weight 不預先量化，和 ExecuTorch 的

@@ -37,8 +37,10 @@ FLOAT_KERNELS = frozenset(
 
 def _is_int8(name: str) -> bool:
     """oneDNN's int8 compute ops (``onednn::qconv_pointwise``, ``onednn::qlinear_pointwise``,
-    their ``binary``/``tensor`` forms), not the prepacking that runs at compile time."""
-    return name.startswith("onednn::q") and not name.endswith("prepack")
+    their ``binary``/``tensor`` forms), not the prepacking that runs at compile time; and
+    ATen's int8 GEMM ``aten::_int_mm``, which torchao's ``quantize_`` models call."""
+    onednn_int8 = name.startswith("onednn::q") and not name.endswith("prepack")
+    return onednn_int8 or name == "aten::_int_mm"
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,7 @@ class KernelsRun:
     """The compute kernels of one call, by profiler name, with counts.
 
     Attributes:
-        int8: oneDNN's int8 convs and linears.
+        int8: oneDNN's int8 convs and linears, and ``aten::_int_mm``.
         float: float convs and matmuls (``FLOAT_KERNELS``).
     """
 

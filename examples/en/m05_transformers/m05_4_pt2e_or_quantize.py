@@ -226,17 +226,16 @@ assert (x86.weight.dtype, x86.input_activation.dtype) == (torch.int8, torch.uint
 # PT2E's compiled graph runs oneDNN's int8 linear for every linear. The ``quantize_``
 # int8-dynamic model runs int8 kernels only, of two kinds: ATen's ``aten::_int_mm`` and, where
 # torchao's inductor passes rewrote the pattern, oneDNN's int8 linear (``kernels_run`` counts
-# oneDNN's kernels; ``matmuls`` lists every matrix product). The weight-only model, frozen,
+# both as int8; ``matmuls`` lists the matrix products by name). The weight-only model, frozen,
 # runs float kernels only: freezing folds the dequantization of its constant weights away,
 # and what is left is a float model with rounded weights.
 
 
 def matmuls(model) -> dict:
     """The matrix-product kernels one call runs, by profiler name."""
-    with torch.no_grad(), torch.profiler.profile() as profile:
-        model(*tokens)
-    names = (e.name for e in profile.events())
-    return dict(Counter(n for n in names if "mm" in n or "linear" in n))
+    with torch.no_grad():
+        run = kernels_run(model, tokens)
+    return dict(run.int8 + run.float)
 
 
 torch._inductor.config.freezing = True  # as race sets it, for the process

@@ -216,17 +216,16 @@ assert (x86.weight.dtype, x86.input_activation.dtype) == (torch.int8, torch.uint
 #
 # PT2E 編譯後的圖，每個 linear 都執行 oneDNN 的 int8 linear。 ``quantize_`` 的 int8 動態模型
 # 只執行 int8 kernel，分成兩種：ATen 的 ``aten::_int_mm`` ，以及 torchao 的 inductor pass 改寫過
-# 的地方所用的 oneDNN int8 linear（ ``kernels_run`` 只計算 oneDNN 的 kernel； ``matmuls`` 列出
-# 每個矩陣乘法）。只量化 weight 的模型經過 freezing 之後只執行浮點數 kernel：freezing 把常數
+# 的地方所用的 oneDNN int8 linear（ ``kernels_run`` 把兩種都算成 int8； ``matmuls`` 依名稱
+# 列出每個矩陣乘法）。只量化 weight 的模型經過 freezing 之後只執行浮點數 kernel：freezing 把常數
 # weight 的 dequantize 摺疊掉了，剩下的是一個 weight 經過捨入的浮點數模型。
 
 
 def matmuls(model) -> dict:
     """一次呼叫執行的矩陣乘法 kernel，以 profiler 的名稱列出。"""
-    with torch.no_grad(), torch.profiler.profile() as profile:
-        model(*tokens)
-    names = (e.name for e in profile.events())
-    return dict(Counter(n for n in names if "mm" in n or "linear" in n))
+    with torch.no_grad():
+        run = kernels_run(model, tokens)
+    return dict(run.int8 + run.float)
 
 
 torch._inductor.config.freezing = True  # 和 race 一樣，設定在整個行程上

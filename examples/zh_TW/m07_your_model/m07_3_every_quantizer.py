@@ -8,7 +8,7 @@ PT2E quantizer 只負責寫 annotation；annotation 寫了什麼、結果能在�
 ``OpenVINOQuantizer`` （NNCF）。它們對哪些運算變成 int8 意見一致，其他都不同：活化值用
 uint8 還是 int8、仿射還是對稱、weight 逐通道還是逐張量、殘差 add 併入 conv 還是自成一個運算。
 課程手寫的 ``prepare`` ／ ``convert`` 在四者之下都得到和 torchao 完全相同的數值；其中三個
-接著在這裡執行 int8 核心，而 ``use_reference_representation=True`` 把 int8 的 q/dq 運算改寫成
+接著在這裡執行 int8 kernel，而 ``use_reference_representation=True`` 把 int8 的 q/dq 運算改寫成
 任何後端都讀得懂的整數算術。
 
 **你會學到**
@@ -169,7 +169,7 @@ quantizers = {
 # -----------------------------
 # 在同一張匯出的圖上執行 ``coverage`` （M07-1），每個 quantizer 一欄。在這個模型上，四者都把
 # 每個 conv、殘差 add 與兩個 linear 變成 int8；x86 與 Arm 把 add 併入它前面的 conv
-# （ ``conv + add`` 是一個 int8 核心），XNNPACK 與 OpenVINO 則把它當成獨立的運算來量化。
+# （ ``conv + add`` 是一個 int8 kernel），XNNPACK 與 OpenVINO 則把它當成獨立的運算來量化。
 
 reports = {name: coverage(graph, make()) for name, make in quantizers.items()}
 print(side_by_side(*reports.values()))
@@ -186,7 +186,7 @@ assert status == {
 # %%
 # 步驟 3 — 不一樣的 int8
 # ----------------------
-# ``spec_table`` 為每個 quantizer 列出它給活化值與 weight 的 spec。x86 執行的 oneDNN 核心
+# ``spec_table`` 為每個 quantizer 列出它給活化值與 weight 的 spec。x86 執行的 oneDNN kernel
 # 吃 uint8 活化值；XNNPACK 與 Arm 吃 int8；OpenVINO 的預設模式（ ``INT8_SYM`` ）連活化值也是
 # 對稱量化。只有 Arm 逐張量量化 weight。
 
@@ -229,7 +229,7 @@ draw(converted["openvino"], highlight=only_openvino, title="OpenVINO：x86 留�
 # %%
 # x86 的圖，標示併在一起的 add： ``conv2d_2`` 不經過 q/dq 就把輸出交給它。
 
-draw(converted["x86"], highlight=["conv2d_2", "add"], title="x86：conv + add，一個 int8 核心")
+draw(converted["x86"], highlight=["conv2d_2", "add"], title="x86：conv + add，一個 int8 kernel")
 (add,) = converted["x86"].graph.find_nodes(op="call_function", target=torch.ops.aten.add.Tensor)
 assert add.args[0].name == "conv2d_2", "x86：conv 的浮點數輸出直接進入 add"
 
@@ -249,7 +249,7 @@ for name, make in quantizers.items():
 # %%
 # 步驟 6 — 哪些在這裡執行 int8
 # ----------------------------
-# q/dq 圖在哪裡都能執行，但它用浮點數計算。要執行 int8 核心，得有後端接手這張圖。
+# q/dq 圖在哪裡都能執行，但它用浮點數計算。要執行 int8 kernel，得有後端接手這張圖。
 # **x86**：torchao 的 lowering（M03）把 x86 的圖變成 oneDNN 的 int8 運算。在 Arm 的圖
 # （int8 活化值）裡，它找不到任何自己的 pattern：Arm 的做法是為 Arm CPU 上的 Inductor
 # 設計的，而這台機器是：
@@ -274,7 +274,7 @@ gap = (lowered["x86"](*images) - converted["x86"](*images)).abs().max()
 print(f"x86 lowering 後 vs q/dq：{gap:.2e}")
 
 # %%
-# **XNNPACK**：ExecuTorch 的執行環境在 XNNPACK 的 int8 核心上執行它的圖（M06），由
+# **XNNPACK**：ExecuTorch 的執行環境在 XNNPACK 的 int8 kernel 上執行它的圖（M06），由
 # ``XnnpackPartitioner`` 委派：
 
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner

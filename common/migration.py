@@ -148,7 +148,7 @@ MOVES: tuple[Move, ...] = (
         "from nncf.experimental.torch.fx import OpenVINOQuantizer",
         "ImportError: cannot import name 'OpenVINOQuantizer' from 'nncf.experimental.torch.fx'",
         "from executorch.backends.openvino.quantizer import OpenVINOQuantizer",
-        _lesson("m02_by_hand_m02_4_writing_a_quantizer"),
+        _lesson("m07_your_model_m07_3_every_quantizer"),
         needs=("nncf", "openvino"),
     ),
     Move(

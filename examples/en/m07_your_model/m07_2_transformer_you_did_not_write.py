@@ -371,6 +371,7 @@ for label in ("int8 static", "int8 dynamic"):
 #
 # Next
 # ----
-# M07 ends here. The course map on the landing page lists every module; the
+# :ref:`sphx_glr_lessons_m07_your_model_m07_3_every_quantizer.py` takes one graph through every
+# quantizer that runs here. The
 # :ref:`troubleshooting entries <sphx_glr_lessons_troubleshooting_m99_2_prepare_and_convert.py>`
 # start from the errors a model of your own may raise.

@@ -387,9 +387,9 @@ assert error == (
 # %%
 # **Fix**: ExecuTorch's, from ``executorch.backends.openvino.quantizer``. It is a PT2E
 # ``Quantizer`` like the x86 one (torchao's base class, torchao's ``prepare_pt2e``), with
-# annotations of its own:
-# :ref:`M02-4 · Writing a quantizer for a new backend
-# <sphx_glr_lessons_m02_by_hand_m02_4_writing_a_quantizer.py>`.
+# annotations of its own, set beside the x86, XNNPACK and Arm ones in
+# :ref:`M07-3 · One graph, every quantizer that runs here
+# <sphx_glr_lessons_m07_your_model_m07_3_every_quantizer.py>`.
 
 from executorch.backends.openvino.quantizer import OpenVINOQuantizer
 

@@ -365,6 +365,6 @@ for label in ("int8 靜態", "int8 動態"):
 #
 # 下一課
 # ------
-# M07 到此結束。網站首頁的課程地圖列出了所有單元；
-# :ref:`疑難排解 <sphx_glr_lessons_troubleshooting_m99_2_prepare_and_convert.py>` 的條目從
-# 你自己的模型可能引發的錯誤出發。
+# :ref:`sphx_glr_lessons_m07_your_model_m07_3_every_quantizer.py` 讓同一張圖走過這台機器上的
+# 每個 quantizer。 :ref:`疑難排解 <sphx_glr_lessons_troubleshooting_m99_2_prepare_and_convert.py>`
+# 的條目從你自己的模型可能引發的錯誤出發。

@@ -379,9 +379,9 @@ assert error == (
 # %%
 # **修正**：用 ExecuTorch 的版本，從 ``executorch.backends.openvino.quantizer`` 匯入。它和 x86 的
 # 一樣是 PT2E 的 ``Quantizer`` （torchao 的基礎類別、torchao 的 ``prepare_pt2e`` ），只是標註方式
-# 不同。說明見
-# :ref:`M02-4 · 為新後端寫 quantizer
-# <sphx_glr_lessons_m02_by_hand_m02_4_writing_a_quantizer.py>`。
+# 不同；它和 x86、XNNPACK、Arm 的並排比較見
+# :ref:`M07-3 · 同一張圖，跑遍這台機器上的每個 quantizer
+# <sphx_glr_lessons_m07_your_model_m07_3_every_quantizer.py>`。
 
 from executorch.backends.openvino.quantizer import OpenVINOQuantizer
 

@@ -64,6 +64,7 @@ def torchao_patterns_exported_once():
     """
     import executorch.backends.xnnpack.quantizer.xnnpack_quantizer_utils  # noqa: F401
     import torchao.quantization.pt2e.quantize_pt2e  # noqa: F401  (imports the modules it patches)
+
     from pattern_graphs import export_once
 
     return export_once()

@@ -13,11 +13,12 @@ import pytest
 import torch
 from graphs import TEST_MODELS, C, build, call_function_targets
 from marks import ON_THE_PATTERN_WORKER
-from pattern_graphs import pattern_key
 from torch import nn
 
 from common.models import MODEL_NAMES, TRANSFORMER_NAMES, example_inputs, get_model, input_shape
 from common.pt2e import calibrate, export_module, quiet, x86_quantizer
+
+from pattern_graphs import pattern_key
 
 quiet()
 

@@ -8,11 +8,12 @@ import shutil
 import subprocess
 from urllib.parse import quote
 
+import pytest
+from lesson_scripts import EXAMPLES
+
 # tests/conftest.py puts docs/ on sys.path.
 import course_search_zh
-import pytest
 from course_search_zh import SPLITTER_JS, CourseChinese, glossary_terms, split
-from lesson_scripts import EXAMPLES
 
 TERMS = frozenset(glossary_terms())
 

@@ -7,12 +7,11 @@ import re
 from html.parser import HTMLParser
 
 import pytest
-
-# tests/conftest.py puts docs/ on sys.path.
-from course_anchors import english_source, english_titles, section_ids
 from lesson_scripts import EXAMPLES
 from test_site import lesson_pages
 
+# tests/conftest.py puts docs/ on sys.path.
+from course_anchors import english_source, english_titles, section_ids
 from languages import LANGUAGES
 
 TWINS = sorted(set(lesson_pages("zh_TW")) & set(lesson_pages("en")))

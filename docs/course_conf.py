@@ -21,8 +21,9 @@ TEXT = {
         "used_in": "用到它的課程",
         "first_cell": (
             "# 在 Google Colab 執行時，這一格會安裝課程（連同它指定版本的 torch 與 torchao）\n"
-            "# 以及 Graphviz 和中文字型；在自己的電腦上它什麼都不做：\n"
-            "# 請在課程資料夾裡執行 pip install -e . 安裝課程。\n"
+            "# 以及 Graphviz 和中文字型；在自己的電腦上它什麼都不做，\n"
+            "# 請用課程頁面上的同一個指令安裝：\n"
+            f'# pip install "pt2e-course @ git+{COURSE_REPOSITORY}"\n'
         ),
         # The landing page's measured results (course_directives.CourseResults), the report link and
         # the built-with line of a lesson page, the line beside the download buttons.
@@ -72,8 +73,9 @@ TEXT = {
         "used_in": "Lessons that use it",
         "first_cell": (
             "# In Google Colab this cell installs the course (with its pinned torch and\n"
-            "# torchao), Graphviz and a CJK font. On your own machine it does nothing:\n"
-            "# install the course there with pip install -e . in its folder.\n"
+            "# torchao), Graphviz and a CJK font. On your own machine it does nothing: install\n"
+            "# the course there with the command the lesson page gives:\n"
+            f'# pip install "pt2e-course @ git+{COURSE_REPOSITORY}"\n'
         ),
         # The landing page's measured results (course_directives.CourseResults), the report link and
         # the built-with line of a lesson page, the line beside the download buttons.

@@ -93,8 +93,8 @@ def run_needs(lang: str, scripts: list[Path]) -> str:
     literals in reST's double backquotes.
 
     The course's helpers with their pinned torch and torchao (one pip command from the
-    course's repository), ExecuTorch for the lessons that import it, Graphviz, and a C++
-    compiler for the lessons that call ``torch.compile``.
+    course's repository), ExecuTorch (and NNCF with OpenVINO) for the lessons that import
+    them, Graphviz, and a C++ compiler for the lessons that call ``torch.compile``.
     """
     trees = [ast.parse(script.read_text("utf-8")) for script in scripts]
     nodes_ = [node for tree in trees for node in ast.walk(tree)]
@@ -104,6 +104,10 @@ def run_needs(lang: str, scripts: list[Path]) -> str:
     imported |= {node.module for node in nodes_ if isinstance(node, ast.ImportFrom) and node.module}
     if any(name.split(".")[0] == "executorch" for name in imported):
         extra = f" executorch=={_version('executorch')}"  # the release that built the page
+    if any(
+        name.startswith(("executorch.backends.openvino", "nncf", "openvino")) for name in imported
+    ):
+        extra += f" nncf=={_version('nncf')} openvino=={_version('openvino')}"  # OpenVINOQuantizer
     text = TEXT[lang]
     line = text["run_needs"].format(command=f'``pip install "{install}"{extra}``')
     if any(_is_torch_compile(node) for node in nodes_):

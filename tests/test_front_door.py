@@ -15,6 +15,7 @@ from urllib.parse import quote
 
 import pytest
 from lesson_scripts import (
+    EXAMPLES,
     ROOT,
     VIRTUALENV_LESSON,
     assert_drew_the_sites_pictures,
@@ -221,3 +222,18 @@ def test_a_downloaded_lesson_runs_in_a_virtualenv_made_with_its_pages_command(si
     env = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
     run_as_a_reader(python, Path(script), ran, env=env)
     assert_drew_the_sites_pictures(ran, "en", VIRTUALENV_LESSON)
+
+
+def test_the_download_line_names_what_a_lesson_imports_beyond_the_course():
+    """ExecuTorch for M06, and NNCF with OpenVINO where a lesson asks ExecuTorch's OpenVINO
+    quantizer (M07-3): a reader who runs the page's one command can run the download."""
+    from course_links import run_needs
+
+    def line(relative: str) -> str:
+        return run_needs("en", [EXAMPLES / "en" / relative])
+
+    assert "executorch==" not in line("m00_graphs/m00_1_getting_a_graph.py")
+    m06 = line("m06_executorch/m06_2_lowering_to_executorch.py")
+    assert "executorch==" in m06 and "nncf==" not in m06
+    m07 = line("m07_your_model/m07_3_every_quantizer.py")
+    assert "executorch==" in m07 and "nncf==" in m07 and "openvino==" in m07

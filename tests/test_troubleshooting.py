@@ -22,12 +22,13 @@ FOLDER = "troubleshooting"
 NOT_ENTRIES = {"Setup", "Next", "The map", "準備", "下一頁", "對照表"}
 # A heading that is an error message starts with the exception's (or warning's) name.
 MESSAGE = re.compile(r"^(?P<type>[A-Z]\w*(?:Error|Warning|Exception)): (?P<text>.+)$")
-# Messages the search must find, in both languages: three entries of the first pages, and
+# Messages the search must find, in both languages: four entries of the first pages, and
 # every error of m99_5 (ExecuTorch's errors, which readers paste from elsewhere; see below).
 SEARCHED = [
     "Input partition has more than one output node",
     "Calling eval() is not supported yet.",
     "No module named 'torch.ao.quantization.quantize_pt2e'",
+    "We ran into an error when deserializing the saved file.",
 ]
 
 

@@ -4,7 +4,8 @@ Troubleshooting: imports and export
 
 The errors and silent surprises met before quantization starts: imports that moved from
 ``torch.ao`` to torchao, a graph exported for one batch size, and what non-strict export
-(``torch.export``'s default) leaves out of the graph. Each entry is headed by the exact first
+(``torch.export``'s default) leaves out of the graph; and, at the other end, a saved quantized
+program that a fresh process cannot load. Each entry is headed by the exact first
 line of the message (or the symptom in a reader's words), reproduces it on this site's stack
 (torch 2.13, torchao 0.18), shows the cause, asserts the fix, and links to the lesson that
 explains it.
@@ -21,7 +22,12 @@ explains it.
 # ``expect_error`` runs a block that must fail and prints the error's type and first line;
 # the page fails to build the day the error stops happening.
 
+import builtins
 import importlib
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -43,6 +49,16 @@ def quantize_nodes(gm) -> int:
         n.target == torch.ops.quantized_decomposed.quantize_per_tensor.default
         for n in gm.graph.nodes
     )
+
+
+def in_fresh_python(source: str) -> None:
+    """Run ``source`` in a new Python process; raise its error here (its stderr attached)."""
+    child = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True)
+    if child.returncode:
+        name, _, message = child.stderr.strip().splitlines()[-1].partition(": ")
+        error = getattr(builtins, name)(message)
+        error.stderr = child.stderr
+        raise error
 
 
 # %%
@@ -212,6 +228,55 @@ fixed_conv = quantized(torch.export.export(FunctionalConv(), x, strict=True))
 qdq = [n.name for n in fixed_conv.graph.nodes if "quantize_per" in str(n.target)]
 draw(fixed_conv, highlight=qdq, title="strict=True: F.conv2d gets its quantize/dequantize nodes")
 assert quantize_nodes(fixed_conv) > 0, "strict export: the functional conv is quantized"
+
+# %%
+# RuntimeError: We ran into an error when deserializing the saved file.
+# ---------------------------------------------------------------------
+# A converted model, exported and saved with ``torch.export.save``, is loaded with
+# ``torch.export.load`` in another process — a server, a restarted notebook — that imported
+# torch but not torchao (the line goes on: "Please check the warnings above for possible
+# errors."). Reported on torch 2.3 as ``TypeError: import_nn_module_stack() takes 3 positional
+# arguments but 4 were given``
+# (`pytorch/pytorch#126063 <https://github.com/pytorch/pytorch/issues/126063>`_); that bug is
+# fixed, and on torch 2.13 this error is what is left.
+
+folder = Path(tempfile.mkdtemp())
+saved = prepare_pt2e(export_module(get_model("conv_relu"), x), x86_quantizer())
+calibrate(saved)
+saved = convert_pt2e(saved)
+torch.export.save(torch.export.export(saved, x), folder / "int8.pt2")
+torch.save(x, folder / "x.pt")
+LOAD = f"""
+import torch
+program = torch.export.load({str(folder / "int8.pt2")!r})
+torch.save(program.module()(*torch.load({str(folder / "x.pt")!r})), {str(folder / "y.pt")!r})
+"""
+with expect_error(RuntimeError, match="error when deserializing the saved file") as caught:
+    in_fresh_python(LOAD)
+
+# %%
+# **Cause**: the warnings above the error (torch logs them to the child's stderr) name the
+# first operator that could not be resolved. The program's quantize and dequantize nodes call
+# operators of the ``quantized_decomposed`` namespace, which are registered when torchao is
+# imported; ``import torch`` alone does not register them.
+
+(cause,) = {
+    line.split("SerializeError: ")[1].split(". ")[0]
+    for line in caught.error.stderr.splitlines()
+    if "SerializeError: We failed to resolve" in line
+}
+print(cause)
+assert "torch.ops.quantized_decomposed." in cause, "the quantize operators are not registered"
+
+# %%
+# **Fix**: import torchao before ``torch.export.load`` (``import torchao.quantization.pt2e``
+# registers the operators). The loaded program then gives the converted model's output,
+# exactly. Saving and loading programs is explained in
+# :ref:`M03-4 · Shipping an int8 model <sphx_glr_lessons_m03_lowering_m03_4_shipping.py>`.
+
+in_fresh_python("import torchao.quantization.pt2e\n" + LOAD)
+loaded_output = torch.load(folder / "y.pt")
+assert torch.equal(loaded_output, saved(*x)), "the loaded program computes what was saved"
 
 # %%
 # Next

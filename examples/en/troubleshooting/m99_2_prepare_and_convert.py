@@ -3,11 +3,11 @@ Troubleshooting: prepare and convert
 ====================================
 
 The errors and silent failures of ``prepare_pt2e`` and ``convert_pt2e``: a reused activation
-module, observers and specs that do not fit together, a model converted without calibration,
-and a graph edit that ``constant_fold`` cannot survive. Each entry is headed by the exact first
-line of the message (or the symptom in a reader's words), reproduces it on this site's stack
-(torch 2.13, torchao 0.18), shows the cause, asserts the fix, and links to the lesson that
-explains it.
+module, a weight two modules share, observers and specs that do not fit together, a model
+converted without calibration, and a graph edit that ``constant_fold`` cannot survive. Each
+entry is headed by the exact first line of the message (or the symptom in a reader's words),
+reproduces it on this site's stack (torch 2.13, torchao 0.18), shows the cause, asserts the
+fix, and links to the lesson that explains it.
 
 **Prerequisites**: none; each entry links to the lesson that explains it.
 """
@@ -21,6 +21,7 @@ explains it.
 # ``OneSpecQuantizer`` annotates the input and output of every conv with one spec: the smallest
 # quantizer that lets an entry swap the spec or the observer it is made of.
 
+import operator
 import warnings
 
 import torch
@@ -133,6 +134,82 @@ class OneReLUPerCall(ReusedReLU):
 prepared = prepare_pt2e(export_module(OneReLUPerCall(), x), x86_quantizer())
 calibrate(prepared)
 assert quantize_nodes(convert_pt2e(prepared)) >= 2, "both convs are quantized"
+
+# %%
+# A tied weight quantized twice (two modules share one weight)
+# ------------------------------------------------------------
+# Models tie weights: ``b.weight = a.weight``, or an embedding tied to the output linear.
+# Reported on torch 2.6 as ``ValueError: Linear partition cannot have more than one output
+# node`` (`pytorch/pytorch#142035 <https://github.com/pytorch/pytorch/issues/142035>`_); on
+# torch 2.13 ``prepare_pt2e`` runs. Export reads the tied weight through one ``get_attr`` node
+# that both modules use. The trap left: a config that differs per module (here
+# ``set_module_name`` makes ``b`` per-tensor, the rest per-channel) puts two observers on that
+# one node, and convert stores the weight twice, in int8 with different scales: the tie is
+# silently gone.
+
+from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+    get_symmetric_quantization_config,
+)
+
+from common.edge import xnnpack_quantizer
+
+
+class TiedLinears(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = nn.Linear(16, 16)
+        self.b = nn.Linear(16, 16)
+        self.b.weight = self.a.weight  # one Parameter, two modules
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+def tied_weight_observers(prepared) -> list[str]:
+    """The observers on the output of the one get_attr node that reads the tied weight."""
+    (weight,) = [n for n in prepared.graph.find_nodes(op="get_attr") if n.target.endswith("weight")]
+    return [
+        type(prepared.get_submodule(u.target)).__name__
+        for u in weight.users
+        if u.op == "call_module"
+    ]
+
+
+def int8_constants(converted) -> list[str]:
+    """The int8 tensors a converted graph reads (its quantized weights)."""
+    return [
+        n.target
+        for n in converted.graph.find_nodes(op="get_attr")
+        if operator.attrgetter(n.target)(converted).dtype == torch.int8
+    ]
+
+
+features = torch.randn(8, 16, generator=torch.Generator().manual_seed(0))
+per_tensor = get_symmetric_quantization_config(is_per_channel=False)
+mixed = prepare_pt2e(
+    export_module(TiedLinears(), (features,)), xnnpack_quantizer().set_module_name("b", per_tensor)
+)
+observers = tied_weight_observers(mixed)
+mixed(features)  # calibration
+twice = convert_pt2e(mixed)
+print(f"observers of the tied weight: {observers}; int8 constants: {int8_constants(twice)}")
+assert len(observers) == 2 and len(int8_constants(twice)) == 2, "one weight, stored twice in int8"
+
+# %%
+# **Fix**: give the modules that share a weight the same config (here the global one): one
+# observer then watches the weight, and convert stores one int8 tensor that both linears
+# dequantize. (With ``X86InductorQuantizer`` an embedding tied to a linear stays float: the
+# embedding reads the float weight, the linear its int8 copy.) Where prepare puts observers,
+# and when edges share one, is explained in
+# :ref:`M02-2 · prepare by hand <sphx_glr_lessons_m02_by_hand_m02_2_prepare_by_hand.py>`.
+
+same = prepare_pt2e(export_module(TiedLinears(), (features,)), xnnpack_quantizer())
+observers = tied_weight_observers(same)
+same(features)
+once = convert_pt2e(same)
+print(f"observers of the tied weight: {observers}; int8 constants: {int8_constants(once)}")
+assert len(observers) == 1 and len(int8_constants(once)) == 1, "one weight, one int8 tensor"
 
 # %%
 # Nothing got quantized (the observers are still in the graph after ``convert_pt2e``)

@@ -3,9 +3,10 @@
 =======================
 
 量化開始之前就會遇到的錯誤與不報錯的意外：從 ``torch.ao`` 搬到 torchao 的匯入、只為一種批次大小
-匯出的圖，以及 non-strict 匯出（``torch.export`` 的預設）沒有記進圖裡的東西。每個條目的標題
-是錯誤訊息的第一行原文（或讀者口中的症狀），在本站的環境（torch 2.13、torchao 0.18）上重現它，
-指出原因，以 assert 驗證修正方法，並連到解釋它的那一課。
+匯出的圖，以及 non-strict 匯出（``torch.export`` 的預設）沒有記進圖裡的東西；還有流程的另一端：
+存下的量化程式檔，在新的行程裡載入不了。每個條目的標題是錯誤訊息的第一行原文（或讀者口中的
+症狀），在本站的環境（torch 2.13、torchao 0.18）上重現它，指出原因，以 assert 驗證修正方法，
+並連到解釋它的那一課。
 
 **先備知識**：無；每個條目都連到解釋它的那一課。
 """
@@ -19,7 +20,12 @@
 # ``expect_error`` 執行一段必定失敗的程式，印出錯誤的型別與第一行訊息；哪天錯誤不再發生，
 # 這一頁就會建置失敗。
 
+import builtins
 import importlib
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -41,6 +47,16 @@ def quantize_nodes(gm) -> int:
         n.target == torch.ops.quantized_decomposed.quantize_per_tensor.default
         for n in gm.graph.nodes
     )
+
+
+def in_fresh_python(source: str) -> None:
+    """在新的 Python 行程裡執行 ``source``；它的錯誤在這裡重新引發（附上它的 stderr）。"""
+    child = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True)
+    if child.returncode:
+        name, _, message = child.stderr.strip().splitlines()[-1].partition(": ")
+        error = getattr(builtins, name)(message)
+        error.stderr = child.stderr
+        raise error
 
 
 # %%
@@ -200,6 +216,54 @@ fixed_conv = quantized(torch.export.export(FunctionalConv(), x, strict=True))
 qdq = [n.name for n in fixed_conv.graph.nodes if "quantize_per" in str(n.target)]
 draw(fixed_conv, highlight=qdq, title="strict=True：F.conv2d 有了 quantize／dequantize node")
 assert quantize_nodes(fixed_conv) > 0, "strict export：函式形式的 conv 被量化了"
+
+# %%
+# RuntimeError: We ran into an error when deserializing the saved file.
+# ---------------------------------------------------------------------
+# 一個 convert 後的模型匯出、用 ``torch.export.save`` 存成程式檔，再到另一個行程裡用
+# ``torch.export.load`` 載入——例如伺服器，或重新啟動的 notebook——而這個行程匯入了 torch，
+# 卻沒有匯入 torchao（這行訊息接著說「Please check the warnings above for possible
+# errors.」）。這個問題在 torch 2.3 上回報時是 ``TypeError: import_nn_module_stack() takes 3
+# positional arguments but 4 were given``
+# （`pytorch/pytorch#126063 <https://github.com/pytorch/pytorch/issues/126063>`_ ）；那個錯誤
+# 已經修好，在 torch 2.13 上剩下的就是這個錯誤。
+
+folder = Path(tempfile.mkdtemp())
+saved = prepare_pt2e(export_module(get_model("conv_relu"), x), x86_quantizer())
+calibrate(saved)
+saved = convert_pt2e(saved)
+torch.export.save(torch.export.export(saved, x), folder / "int8.pt2")
+torch.save(x, folder / "x.pt")
+LOAD = f"""
+import torch
+program = torch.export.load({str(folder / "int8.pt2")!r})
+torch.save(program.module()(*torch.load({str(folder / "x.pt")!r})), {str(folder / "y.pt")!r})
+"""
+with expect_error(RuntimeError, match="error when deserializing the saved file") as caught:
+    in_fresh_python(LOAD)
+
+# %%
+# **原因**：錯誤之前的警告（torch 把它們記錄在子行程的 stderr）指出第一個無法解析的運算子。
+# 程式檔裡的 quantize 與 dequantize node 呼叫的是 ``quantized_decomposed`` 命名空間的運算子，
+# 它們在匯入 torchao 時才會註冊；只有 ``import torch`` 不會註冊它們。
+
+(cause,) = {
+    line.split("SerializeError: ")[1].split(". ")[0]
+    for line in caught.error.stderr.splitlines()
+    if "SerializeError: We failed to resolve" in line
+}
+print(cause)
+assert "torch.ops.quantized_decomposed." in cause, "quantize 運算子沒有註冊"
+
+# %%
+# **修正**：在 ``torch.export.load`` 之前匯入 torchao（ ``import torchao.quantization.pt2e``
+# 會註冊這些運算子）。載入的程式檔於是算出與 convert 後的模型完全相同的輸出。程式檔的儲存與
+# 載入，說明見
+# :ref:`M03-4 · 部署 int8 模型 <sphx_glr_lessons_m03_lowering_m03_4_shipping.py>`。
+
+in_fresh_python("import torchao.quantization.pt2e\n" + LOAD)
+loaded_output = torch.load(folder / "y.pt")
+assert torch.equal(loaded_output, saved(*x)), "載入的程式檔算出的正是存檔時的結果"
 
 # %%
 # 下一頁

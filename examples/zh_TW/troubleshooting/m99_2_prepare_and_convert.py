@@ -2,10 +2,11 @@
 疑難排解：prepare 與 convert
 ============================
 
-``prepare_pt2e`` 與 ``convert_pt2e`` 的錯誤與不報錯的失敗：重複使用的活化函式模組、彼此不相容的
-observer 與 spec、沒有校準就 convert 的模型，以及 ``constant_fold`` 處理不了的改圖結果。每個
-條目的標題是錯誤訊息的第一行原文（或讀者口中的症狀），在本站的環境（torch 2.13、torchao 0.18）
-上重現它，指出原因，以 assert 驗證修正方法，並連到解釋它的那一課。
+``prepare_pt2e`` 與 ``convert_pt2e`` 的錯誤與不報錯的失敗：重複使用的活化函式模組、兩個模組
+共用的 weight、彼此不相容的 observer 與 spec、沒有校準就 convert 的模型，以及
+``constant_fold`` 處理不了的改圖結果。每個條目的標題是錯誤訊息的第一行原文（或讀者口中的
+症狀），在本站的環境（torch 2.13、torchao 0.18）上重現它，指出原因，以 assert 驗證修正方法，
+並連到解釋它的那一課。
 
 **先備知識**：無；每個條目都連到解釋它的那一課。
 """
@@ -19,6 +20,7 @@ observer 與 spec、沒有校準就 convert 的模型，以及 ``constant_fold``
 # ``OneSpecQuantizer`` 用同一個 spec 標註每個 conv 的輸入與輸出。這是最小的 quantizer，方便
 # 各條目替換 spec 或 spec 裡的 observer。
 
+import operator
 import warnings
 
 import torch
@@ -131,6 +133,81 @@ class OneReLUPerCall(ReusedReLU):
 prepared = prepare_pt2e(export_module(OneReLUPerCall(), x), x86_quantizer())
 calibrate(prepared)
 assert quantize_nodes(convert_pt2e(prepared)) >= 2, "兩個 conv 都被量化了"
+
+# %%
+# 綁在一起的 weight 被量化兩次（兩個模組共用一個 weight）
+# -------------------------------------------------------
+# 模型常把 weight 綁在一起：``b.weight = a.weight``，或把 embedding 和輸出的 linear 綁在一起。
+# 這在 torch 2.6 上回報時是 ``ValueError: Linear partition cannot have more than one output
+# node``
+# （`pytorch/pytorch#142035 <https://github.com/pytorch/pytorch/issues/142035>`_ ）；在
+# torch 2.13 上 ``prepare_pt2e`` 可以執行。匯出後，兩個模組透過同一個 ``get_attr`` node 讀取
+# 這個 weight。剩下的陷阱：每個模組用不同的 config（這裡 ``set_module_name`` 讓 ``b`` 用
+# per-tensor，其餘用 per-channel），會在這一個 node 上放兩個 observer，convert 於是把這個
+# weight 存兩次，兩份 int8 的 scale 不同：綁定就這樣無聲無息地消失了。
+
+from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+    get_symmetric_quantization_config,
+)
+
+from common.edge import xnnpack_quantizer
+
+
+class TiedLinears(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = nn.Linear(16, 16)
+        self.b = nn.Linear(16, 16)
+        self.b.weight = self.a.weight  # 一個 Parameter，兩個模組
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+def tied_weight_observers(prepared) -> list[str]:
+    """讀取綁定 weight 的那一個 get_attr node，其輸出上的 observer。"""
+    (weight,) = [n for n in prepared.graph.find_nodes(op="get_attr") if n.target.endswith("weight")]
+    return [
+        type(prepared.get_submodule(u.target)).__name__
+        for u in weight.users
+        if u.op == "call_module"
+    ]
+
+
+def int8_constants(converted) -> list[str]:
+    """convert 後的圖讀取的 int8 張量（量化後的 weight）。"""
+    return [
+        n.target
+        for n in converted.graph.find_nodes(op="get_attr")
+        if operator.attrgetter(n.target)(converted).dtype == torch.int8
+    ]
+
+
+features = torch.randn(8, 16, generator=torch.Generator().manual_seed(0))
+per_tensor = get_symmetric_quantization_config(is_per_channel=False)
+mixed = prepare_pt2e(
+    export_module(TiedLinears(), (features,)), xnnpack_quantizer().set_module_name("b", per_tensor)
+)
+observers = tied_weight_observers(mixed)
+mixed(features)  # 校準
+twice = convert_pt2e(mixed)
+print(f"綁定 weight 的 observer：{observers}；int8 常數：{int8_constants(twice)}")
+assert len(observers) == 2 and len(int8_constants(twice)) == 2, "同一個 weight，以 int8 存了兩次"
+
+# %%
+# **修正**：共用 weight 的模組給同一個 config（這裡用全域的那一個）：於是只有一個 observer
+# 觀察這個 weight，convert 也只存一個 int8 張量，兩個 linear 都 dequantize 它。（用
+# ``X86InductorQuantizer`` 時，綁在 linear 上的 embedding 維持浮點數：embedding 讀浮點數的
+# weight，linear 讀它的 int8 副本。）prepare 把 observer 放在哪裡、哪些邊共用一個 observer，
+# 說明見 :ref:`M02-2 · 親手做 prepare <sphx_glr_lessons_m02_by_hand_m02_2_prepare_by_hand.py>`。
+
+same = prepare_pt2e(export_module(TiedLinears(), (features,)), xnnpack_quantizer())
+observers = tied_weight_observers(same)
+same(features)
+once = convert_pt2e(same)
+print(f"綁定 weight 的 observer：{observers}；int8 常數：{int8_constants(once)}")
+assert len(observers) == 1 and len(int8_constants(once)) == 1, "一個 weight，一個 int8 張量"
 
 # %%
 # 什麼都沒有被量化（ ``convert_pt2e`` 之後 observer 還留在圖裡）

@@ -27,7 +27,7 @@ CATALOG = DOCS / "locale" / "zh_TW" / "LC_MESSAGES" / "sphinx.po"
 #: Chinese characters: the CJK Unified Ideographs, Extension A and the compatibility block.
 HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 #: Course words that head no glossary entry but are searched for.
-EXTRA_TERMS = ("捨入", "截斷", "活化值", "逐位元", "除錯器", "詞彙表", "疑難排解", "無聲的失敗")
+EXTRA_TERMS = ("捨入", "截斷", "活化值", "逐位元", "除錯器", "詞彙表", "疑難排解", "不報錯的失敗")
 
 _PARTS = re.compile(f"[{HAN}]+|[^{HAN}]+")
 _IS_HAN = re.compile(f"[{HAN}]")

@@ -180,7 +180,11 @@ pools = qdq_model.graph.find_nodes(
     op="call_function", target=torch.ops.aten.adaptive_avg_pool2d.default
 )
 assert len(pools) == 1, "圖中唯一的平均池化就是唯一的 portable kernel"
-draw(qdq_model, highlight=[n.name for n in pools], title="conv_net：由 portable kernel 執行的平均池化")
+draw(
+    qdq_model,
+    highlight=[n.name for n in pools],
+    title="conv_net：由 portable kernel 執行的平均池化",
+)
 
 # %%
 # 方法的輸入與輸出也是值，形狀和匯出的圖相同；而 ``non_const_buffer_sizes`` 是記憶體規劃

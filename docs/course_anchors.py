@@ -102,10 +102,17 @@ class EnglishSectionIds(SphinxTransform):
         wanted = section_ids(english_titles(source))
         if len(wanted) != len(sections):
             return  # not twins section for section: tests/test_anchors.py reports it
+        # A label's id stays (sphinx-gallery's sphx_glr_... label takes the first place of a title
+        # with no Latin letter in it): the English id is added before it.
+        labelled = {i for n, i in self.document.nameids.items() if self.document.nametypes.get(n)}
         renamed = {}
         for section, new in zip(sections, wanted, strict=True):
             old = section["ids"][0] if section["ids"] else None
             if old == new or new in self.document.ids:
+                continue
+            if old in labelled:
+                section["ids"] = [new, *section["ids"]]
+                self.document.ids[new] = section
                 continue
             section["ids"] = [new, *section["ids"][1:]]
             self.document.ids[new] = section

@@ -95,12 +95,18 @@ def _qparam_text(node: torch.fx.Node) -> str:
     return ""
 
 
-def _label(gm: torch.fx.GraphModule, node: torch.fx.Node, kind: str, mark: str = "") -> str:
+def _label(
+    gm: torch.fx.GraphModule, node: torch.fx.Node, kind: str, mark: str = "", compact=False
+) -> str:
+    """The node's name, its target, its folded constants, a q/dq node's qparams. ``compact``
+    (a card's picture): no constants, and no target the name already says (``conv2d_1``)."""
     lines = [mark + node.name]
     target = _target_text(gm, node)
-    if target and target != node.name:
+    op = target.removeprefix("aten.").split(".")[0]
+    said = compact and op and node.name.startswith(op)
+    if target and target != node.name and not said:
         lines.append(target)
-    folded = [f"‹{n.name}›" for n in node.all_input_nodes if n.op == "get_attr"]
+    folded = not compact and [f"‹{n.name}›" for n in node.all_input_nodes if n.op == "get_attr"]
     if folded:
         lines.append(" ".join(folded))
     if kind in ("quantize", "dequantize"):
@@ -295,7 +301,9 @@ def _values_legend(title: str | None, name: str, low: float, high: float) -> str
     )
 
 
-def to_dot(gm, *, highlight=(), title=None, values=None, value_name="value") -> graphviz.Digraph:
+def to_dot(
+    gm, *, highlight=(), title=None, values=None, value_name="value", only=None
+) -> graphviz.Digraph:
     """Build (without rendering) the Graphviz picture of ``gm.graph``.
 
     ``get_attr`` nodes are folded into the label of each node that reads them, as
@@ -311,6 +319,8 @@ def to_dot(gm, *, highlight=(), title=None, values=None, value_name="value") -> 
             (lowest) through yellow to green (highest), a legend shows the scale, and the
             tooltip gives the number.
         value_name: what the numbers are, for the legend and the tooltips.
+        only: names of the nodes to draw, with the edges between them and short labels
+            (a card's picture: ``focus_svg``); default: every node, labelled in full.
 
     Raises:
         TypeError: if ``gm`` is not a ``GraphModule``.
@@ -349,7 +359,10 @@ def to_dot(gm, *, highlight=(), title=None, values=None, value_name="value") -> 
         dot.attr(label=_values_legend(title, value_name, low, high), labelloc="t")
     elif title:
         dot.attr(label=title, labelloc="t", fontsize="15")
+    shown = names if only is None else set(only)
     for node in filter(_drawn, nodes):
+        if node.name not in shown:
+            continue
         kind = _kind(gm, node)
         attrs = dict(_STYLES[kind])
         tooltip = _tooltip(gm, node, kind)
@@ -358,10 +371,46 @@ def to_dot(gm, *, highlight=(), title=None, values=None, value_name="value") -> 
             tooltip = f"{value_name}: {values[node.name]:.2f}\\n{tooltip}"
         if node.name in marked:
             attrs.update(_HIGHLIGHT)
-        dot.node(node.name, _label(gm, node, kind), tooltip=tooltip, **attrs)
+        label = _label(gm, node, kind, compact=only is not None)
+        dot.node(node.name, label, tooltip=tooltip, **attrs)
     for source, target in _edges(gm):
-        dot.edge(source, target)
+        if source in shown and target in shown:
+            dot.edge(source, target)
     return dot
+
+
+# ------------------------------------------------------------------------------- focus pictures
+
+#: The largest focus picture, in points as dot measures it: scaled into the smallest card that
+#: shows it (the landing page's, about 262 × 144 px), its 11-pt labels stay 8 px or larger.
+FOCUS_SIZE = (340, 190)
+
+
+def _svg_size(svg: str) -> tuple[float, float]:
+    width, height = re.search(r'<svg width="([\d.]+)pt" height="([\d.]+)pt"', svg).groups()
+    return float(width), float(height)
+
+
+def focus_svg(gm, highlight) -> str | None:
+    """The card picture of a highlighted graph: its first highlighted nodes (in graph order)
+    with their direct inputs and outputs, no title, as many as fit ``FOCUS_SIZE``.
+
+    The site's cards show it instead of the whole graph (docs/course_directives.py), which a
+    card shrinks until no label can be read. None when the first highlighted node and its
+    neighbours alone do not fit.
+    """
+    marked = set([highlight] if isinstance(highlight, str) else highlight)
+    chosen = [node for node in gm.graph.nodes if node.name in marked and _drawn(node)]
+    best, shown = None, set()
+    for node in chosen:
+        neighbours = [*node.all_input_nodes, *node.users]
+        shown |= {node.name} | {n.name for n in neighbours if _drawn(n)}
+        svg = _render_svg(to_dot(gm, highlight=highlight, only=shown))
+        width, height = _svg_size(svg)
+        if width > FOCUS_SIZE[0] or height > FOCUS_SIZE[1]:
+            break
+        best = svg
+    return best
 
 
 # ------------------------------------------------------------------------------------ diffs
@@ -559,7 +608,8 @@ class PictureCollector:
 
     def __init__(self):
         self.active = False
-        self.pictures: list[tuple[str, str]] = []  # (svg text, text alternative)
+        # (svg text, text alternative, the card's focus picture: focus_svg, or None)
+        self.pictures: list[tuple[str, str, str | None]] = []
 
 
 #: The one collector ``draw`` feeds and the sphinx-gallery scraper empties.
@@ -605,9 +655,9 @@ def _show_in_jupyter(svg: str) -> bool:
     return True
 
 
-def _show(svg: str, alt: str) -> None:
+def _show(svg: str, alt: str, focus=lambda: None) -> None:
     if collected_pictures.active:
-        collected_pictures.pictures.append((svg, alt))
+        collected_pictures.pictures.append((svg, alt, focus()))
     elif not _show_in_jupyter(svg) and os.environ.get("PT2E_COURSE_DRAW_DIR"):
         folder = Path(os.environ["PT2E_COURSE_DRAW_DIR"])
         folder.mkdir(parents=True, exist_ok=True)
@@ -629,7 +679,9 @@ def draw(gm, *, highlight=(), title=None, values=None, value_name="value") -> No
 
     As a plain script the picture is rendered (so a broken graph still fails) and
     discarded, unless the environment variable ``PT2E_COURSE_DRAW_DIR`` names a folder to
-    write numbered SVG files into. Hovering a node shows its tooltip (see ``to_dot``).
+    write numbered SVG files into. Hovering a node shows its tooltip (see ``to_dot``). On
+    the site, a picture with ``highlight`` also gets a small one for the lessons' cards
+    (``focus_svg``).
 
     Args:
         gm: a ``torch.fx.GraphModule``.
@@ -645,7 +697,7 @@ def draw(gm, *, highlight=(), title=None, values=None, value_name="value") -> No
     """
     dot = to_dot(gm, highlight=highlight, title=title, values=values, value_name=value_name)
     svg = _render_svg(dot)
-    _show(svg, describe(gm, title=title))
+    _show(svg, describe(gm, title=title), lambda: focus_svg(gm, highlight) if highlight else None)
 
 
 def draw_diff(before, after, *, title=None, labels=None) -> None:

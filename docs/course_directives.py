@@ -27,6 +27,9 @@ from course_sources import (
 )
 from zh_spacing import CJK
 
+# How a lesson names its gallery thumbnail's picture (sphinx-gallery's per-file setting).
+_THUMBNAIL_NUMBER = re.compile(r"^# sphinx_gallery_thumbnail_number = (\d+)$", re.M)
+
 
 def _lesson_role(name, rawtext, text, lineno, inliner, options=None, content=None):
     """{lesson}`M01-2`: a link to lesson M01-2 of this language, whatever its file name."""
@@ -86,7 +89,7 @@ class _GeneratedContent(SphinxDirective):
         self.env.note_dependency(str(path))
         return path.read_text("utf-8")
 
-    def thumbnail(self, script: Path) -> str | None:
+    def gallery_thumbnail(self, script: Path) -> str | None:
         """The path (from the source dir) of the gallery's thumbnail of a lesson: SVG from a
         graph picture, PNG from a chart or sphinx-gallery's placeholder."""
         folder = f"lessons/{script.parent.name}/images/thumb"
@@ -95,6 +98,23 @@ class _GeneratedContent(SphinxDirective):
             if Path(self.env.srcdir, thumb).exists():
                 self.env.note_dependency(thumb)
                 return thumb
+        return None
+
+    def thumbnail(self, script: Path) -> str | None:
+        """The path (from the source dir) of a lesson's card picture: the focus picture
+        (docs/course_gallery.py writes it beside each ``draw(..., highlight=...)`` picture) of
+        the picture its gallery thumbnail shows (``sphinx_gallery_thumbnail_number``, else 1).
+        None when that picture highlights nothing (a chart, a diff, a plain graph): a whole
+        graph shrunk to a card cannot be read."""
+        found = _THUMBNAIL_NUMBER.search(self.read(script))
+        picture = f"lessons/{script.parent.name}/images/sphx_glr_{script.stem}_"
+        picture += f"{int(found.group(1)) if found else 1:03d}"
+        # The focus picture when there is one, else the picture: the lesson's next run writes
+        # it again, and the page is read again then (a missing file would make it every build).
+        for candidate in (f"{picture}_focus.svg", f"{picture}.svg", f"{picture}.png"):
+            if Path(self.env.srcdir, candidate).exists():
+                self.env.note_dependency(candidate)
+                return candidate if candidate.endswith("_focus.svg") else None
         return None
 
     def parse(self, text: str, *, lists_lessons: bool) -> list:
@@ -306,7 +326,7 @@ class CourseLessons(_GeneratedContent):
             scripts = module_scripts(lang, folder)
             for script in scripts:
                 self.env.note_dependency(str(script))  # minigallery reads its title and intro
-                self.thumbnail(script)
+                self.gallery_thumbnail(script)
             # sphinx-gallery's thumbnails, as on the module's own page (paths from docs/<lang>).
             out += [".. minigallery::", ""]
             out += [f"   {os.path.relpath(script, self.env.srcdir)}" for script in scripts]

@@ -138,8 +138,10 @@ def scraper(block, block_vars, gallery_conf) -> str:
     """Image scraper, run after each cell: write its pictures as SVG, return their reST.
 
     The SVG file feeds the gallery's thumbnail; the page shows the picture inline (see
-    ``inline_html``). Open charts are checked for missing glyphs before matplotlib's own
-    scraper (listed after this one) saves them.
+    ``inline_html``). A picture with highlighted nodes also gets its focus picture beside it,
+    ``<name>_focus.svg`` (``common.viz.focus_svg``): the course map's and the landing page's
+    cards show that one (docs/course_directives.py). Open charts are checked for missing
+    glyphs before matplotlib's own scraper (listed after this one) saves them.
 
     Args:
         block: the code cell that just ran (unused).
@@ -154,9 +156,14 @@ def scraper(block, block_vars, gallery_conf) -> str:
 
     check_chart_glyphs()
     rst = ""
-    for svg, alt in collected_pictures.pictures:
+    for svg, alt, focus in collected_pictures.pictures:
         path = Path(next(block_vars["image_path_iterator"])).with_suffix(".svg")
         path.write_text(svg, encoding="utf-8")
+        focus_path = path.with_name(f"{path.stem}_focus.svg")
+        if focus:
+            focus_path.write_text(focus, encoding="utf-8")
+        else:  # the picture lost its highlight since the last build
+            focus_path.unlink(missing_ok=True)
         rst += _raw_html(inline_html(svg, alt))
     collected_pictures.pictures.clear()
     return rst

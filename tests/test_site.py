@@ -224,9 +224,50 @@ def test_course_map_has_a_card_per_lesson(site, lang):
         for module in course_conf.module_folders(lang)
         for script in (ROOT / "examples" / lang / module).glob("*.py")
     ]
-    assert len(thumbs) == len(scripts), "every lesson card shows its key picture"
+    # A card shows its lesson's focus picture, where the lesson's key picture highlights nodes.
+    assert len(scripts) // 2 <= len(thumbs) <= len(scripts), "most lesson cards show a picture"
     index = (site / lang / "index.html").read_text("utf-8")
     assert 'href="course_map.html"' in index, "the landing page links to the course map"
+
+
+# Per card picture of a page: its file and the rendered size of its smallest label, in CSS px.
+# A Graphviz SVG's font sizes are in its viewBox's units; the card draws the picture scaled by
+# object-fit (scale-down: to fit its content box, and never beyond its natural size).
+CARD_PICTURES = """async () => {
+    const out = [];
+    for (const img of document.querySelectorAll('.course-card img.sd-card-img-top')) {
+        await img.decode();
+        const svg = await (await fetch(img.src)).text();
+        const [, , width, height] = svg.match(/viewBox="([^"]+)"/)[1].split(/\\s+/).map(Number);
+        const fonts = [...svg.matchAll(/<text[^>]*font-size="([\\d.]+)"/g)].map(m => +m[1]);
+        const style = getComputedStyle(img);
+        const pad = side => parseFloat(style['padding' + side]);
+        const boxWidth = img.clientWidth - pad('Left') - pad('Right');
+        const boxHeight = img.clientHeight - pad('Top') - pad('Bottom');
+        const scale = Math.min(img.naturalWidth / width, boxWidth / width, boxHeight / height);
+        out.push({src: img.src.split('/').pop(), px: Math.min(...fonts) * scale});
+    }
+    return out;
+}"""
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_card_pictures_are_focus_pictures_with_readable_labels(browse, server, lang):
+    """The landing page's module cards and the course map's lesson cards show focus pictures
+    (a lesson's highlighted nodes and their neighbours, common.viz.focus_svg), never a whole
+    graph, with every label at least 8 px high as the card draws it (a whole graph shrunk to a
+    card drew them at 1 to 9 px)."""
+    page = browse()
+    for path in ("index.html", "course_map.html"):
+        page.goto(f"{server}/{lang}/{path}")
+        pictures = page.evaluate(CARD_PICTURES)
+        assert pictures, f"{lang}/{path}: no card shows a picture"
+        for picture in pictures:
+            assert picture["src"].endswith("_focus.svg"), f"{lang}/{path}: {picture['src']}"
+            assert picture["px"] >= 8, (
+                f"{lang}/{path}: {picture['src']} labels {picture['px']:.1f} px"
+            )
 
 
 def glossary_entries(site: Path, lang: str) -> list[str]:

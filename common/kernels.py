@@ -83,7 +83,7 @@ def kernels_run(model, args: tuple) -> KernelsRun:
     'int8: none; float: aten::addmm ×1'
     """
     activities = [torch.profiler.ProfilerActivity.CPU]
-    with _without_kineto_lines(), torch.profiler.profile(activities=activities) as profile:
+    with native_stderr_silenced(), torch.profiler.profile(activities=activities) as profile:
         model(*args)
     names = [event.name for event in profile.events()]
     return KernelsRun(
@@ -110,7 +110,7 @@ def time_by_kind(model, args: tuple, *, calls: int = 10) -> dict[str, float]:
     """
     model(*args)
     activities = [torch.profiler.ProfilerActivity.CPU]
-    with _without_kineto_lines(), torch.profiler.profile(activities=activities) as profile:
+    with native_stderr_silenced(), torch.profiler.profile(activities=activities) as profile:
         started = time.perf_counter()
         for _ in range(calls):
             model(*args)
@@ -124,10 +124,11 @@ def time_by_kind(model, args: tuple, *, calls: int = 10) -> dict[str, float]:
 
 
 @contextlib.contextmanager
-def _without_kineto_lines():
-    """Drop what C++ writes to the process's stderr meanwhile: torch 2.13's profiler (kineto)
-    writes a ``USDT:... profiler_start`` and a ``profiler_stop`` line there at every use, with
-    no setting to turn them off (``KINETO_LOG_LEVEL`` does not). Python's errors still raise."""
+def native_stderr_silenced():
+    """Drop what C++ writes to the process's stderr (file descriptor 2) meanwhile: torch
+    2.13's profiler (kineto) writes a ``USDT:... profiler_start`` and a ``profiler_stop`` line
+    there at every use, with no setting to turn them off (``KINETO_LOG_LEVEL`` does not), and
+    some packages log there as they import (common.migration). Python's errors still raise."""
     sys.stderr.flush()
     saved = os.dup(2)
     try:

@@ -1,10 +1,9 @@
 """Where each PT2E API lives now: the import older code uses, what it does here, the new one."""
 
-import contextlib
-import os
-import sys
 import warnings
 from dataclasses import dataclass
+
+from common.kernels import native_stderr_silenced
 
 __all__ = ["MOVES", "Move", "attempt", "move"]
 
@@ -206,7 +205,7 @@ def attempt(statement: str) -> tuple[dict[str, object], str]:
     """
     names: dict[str, object] = {}
     try:
-        with warnings.catch_warnings(), _without_stderr():
+        with warnings.catch_warnings(), native_stderr_silenced():
             warnings.simplefilter("ignore")
             exec(statement, names)
     except ImportError as error:
@@ -217,17 +216,3 @@ def attempt(statement: str) -> tuple[dict[str, object], str]:
         result = ""
     names.pop("__builtins__", None)
     return names, result
-
-
-@contextlib.contextmanager
-def _without_stderr():
-    """Send what is written to file descriptor 2 meanwhile to ``os.devnull``."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 2)
-            yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)

@@ -147,6 +147,7 @@ assert ran.int8 and not ran.float, "int8 kernels only"
 
 inductor_config.freezing = False
 counters.clear()
+# The trap, not to copy: freezing holds only inside the block.
 with inductor_config.patch(freezing=True), torch.no_grad():
     patched = torch.compile(copy.deepcopy(narrow))
     patched(images)

@@ -143,6 +143,7 @@ assert ran.int8 and not ran.float, "只有 int8 kernel"
 
 inductor_config.freezing = False
 counters.clear()
+# 這是陷阱，不要照抄：freezing 只在這個區塊裡有效。
 with inductor_config.patch(freezing=True), torch.no_grad():
     patched = torch.compile(copy.deepcopy(narrow))
     patched(images)

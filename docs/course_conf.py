@@ -182,7 +182,7 @@ def make_config(lang: str) -> dict:
             "course_gallery_zh",  # sphinx-gallery's English phrases in Chinese on zh_TW pages
             "course_rerun",  # lessons run again, pages read again, when their other inputs change
             "course_kernel_lock",  # one Jupyter kernel at a time across the two builds
-            "course_sitemap",  # <lang>/sitemap.xml, every page with its twin
+            "course_sitemap",  # <lang>/sitemap.xml, every page with its twin; no theme macros
             "course_a11y",  # docs/course_a11y.py: accessibility fixes to the theme's markup
             "zh_spacing",  # docs/zh_spacing.py: no stray spaces in Chinese text
             "course_search_zh",  # zh_TW search: the index and the query split alike

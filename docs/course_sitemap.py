@@ -1,4 +1,5 @@
-"""Each language's sitemap: ``<lang>/sitemap.xml`` lists every page with its twin.
+"""What a language's build publishes beside its pages: ``<lang>/sitemap.xml`` lists every page
+with its twin, and the theme's template macros are not published.
 
 Written by hand because sphinx-sitemap lists only the pages a build wrote, so an incremental
 build gives an incomplete sitemap (jdillard/sphinx-sitemap#13, open as of 2.9); the extension
@@ -33,6 +34,17 @@ def _sitemap(app, exc) -> None:
     )
 
 
+def _drop_theme_macros(app, exc) -> None:
+    """pydata-sphinx-theme's webpack-macros.html is a template, not a page, yet Sphinx copies it
+    into the output at every build, an incremental one included: removed after each build, not
+    once after both, so a build of one language (tests/test_build.py) publishes none either."""
+    if app.builder.format != "html":
+        return
+    for folder in (Path(app.outdir), Path(app.outdir) / "_static"):
+        (folder / "webpack-macros.html").unlink(missing_ok=True)
+
+
 def setup(app) -> dict:
     app.connect("build-finished", _sitemap)
+    app.connect("build-finished", _drop_theme_macros)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -85,13 +85,10 @@ def write_site_root(html: Path) -> None:
     build_site calls it once, after every language has been built. Written without Sphinx:
     nox runs it in its own Python.
     """
-    # Build by-products that are not pages: myst-nb's executed notebooks (build/html/
-    # jupyter_execute, the FX article's cells) and the theme's template macros, which Sphinx
-    # copies to each language's root as if it were a page.
+    # A build by-product that is not a page: myst-nb's executed notebooks (build/html/
+    # jupyter_execute, the FX article's cells), shared by both languages' builds. (The theme's
+    # template macros are removed by each build: docs/course_sitemap.py.)
     shutil.rmtree(html / "jupyter_execute", ignore_errors=True)
-    for lang in LANGUAGES:
-        (html / lang / "webpack-macros.html").unlink(missing_ok=True)
-        (html / lang / "_static" / "webpack-macros.html").unlink(missing_ok=True)
     (html / "index.html").write_text((DOCS / "index.html").read_text("utf-8"), "utf-8")
     not_found = (DOCS / "404.html").read_text("utf-8")
     site_path = urlparse(SITE_URL).path

@@ -203,4 +203,5 @@ def setup(app) -> dict:
     app.connect("html-page-context", _page_context)
     app.add_transform(RunNeeds)
     app.add_transform(LessonTop)
+    app.add_js_file("course-language-switch.js")  # docs/_static: the switch keeps the section
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -319,6 +319,20 @@ def test_switch_on_a_lesson_lands_on_its_twin(browse, server, lang):
 
 
 @pytest.mark.browser
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_switch_keeps_the_section_the_reader_is_in(browse, server, lang):
+    other = course_conf.other_language(lang)
+    lesson = sorted(set(lesson_pages(lang)) & set(lesson_pages(other)))[-1].as_posix()
+    page = browse()
+    page.goto(f"{server}/{lang}/{lesson}")
+    section = page.locator("article section[id] section[id]").last.get_attribute("id")
+    page.goto(f"{server}/{lang}/{lesson}#{section}")
+    page.locator("a.course-language-switch:visible").first.click()
+    page.wait_for_url(f"{server}/{other}/{lesson}#{section}")
+    assert page.locator(f"article section[id='{section}']").count() == 1, "the twin has the section"
+
+
+@pytest.mark.browser
 @pytest.mark.parametrize(
     ("lang", "query"), [("zh_TW", "量化"), ("zh_TW", "校準"), ("en", "observer")]
 )

@@ -22,13 +22,25 @@ nox.options.reuse_venv = "yes"  # torch is large; a second run must not reinstal
 
 def install(session: nox.Session, extras: str) -> None:
     """pip install -e .[extras], skipped when pyproject.toml has not changed since last time."""
-    stamp = Path(session.virtualenv.location) / ".pt2e-course-installed"
-    wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + extras.encode()).hexdigest()
-    if stamp.exists() and stamp.read_text() == wanted:
+    if installed(Path(session.virtualenv.location), extras):
         return
     # torch is pinned exactly in pyproject.toml; pip (not uv) finds the local CPU wheel.
     session.install("-e", f".[{extras}]")
-    stamp.write_text(wanted)
+    _stamp(Path(session.virtualenv.location)).write_text(_wanted(extras))
+
+
+def installed(venv: Path, extras: str) -> bool:
+    """Whether install(session, extras) has installed this pyproject.toml into ``venv``."""
+    stamp = _stamp(venv)
+    return stamp.exists() and stamp.read_text() == _wanted(extras)
+
+
+def _stamp(venv: Path) -> Path:
+    return venv / ".pt2e-course-installed"
+
+
+def _wanted(extras: str) -> str:
+    return hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + extras.encode()).hexdigest()
 
 
 @nox.session(python=PYTHON)
@@ -52,7 +64,13 @@ def tests(session: nox.Session) -> None:
     """Run the test suite: common's unit tests, twin parity, every lesson as a script."""
     install(session, "docs,test")
     install_axe(session)
-    session.run("pytest", *session.posargs)
+    # The tests build the site with nox -s docs's virtualenv when it is installed, so that
+    # neither command rewrites every page after the other (tests/built_site.py, SITE_PYTHON).
+    docs_venv = Path(session.virtualenv.location).with_name("docs")
+    env = {}
+    if installed(docs_venv, "docs"):
+        env["PT2E_COURSE_SITE_PYTHON"] = str(docs_venv / "bin" / "python")
+    session.run("pytest", *session.posargs, env=env)
 
 
 def install_axe(session: nox.Session) -> None:

@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from built_site import BUILT, site_lock
+from built_site import BUILT, SITE_PYTHON, site_lock
 from lesson_scripts import ROOT
 from marks import needs_dot
 
@@ -83,7 +83,7 @@ def test_a_build_with_nothing_changed_reads_no_page(site):
     README.txt, thumbnails, backreferences): with nothing changed, no page is read and no lesson
     runs (a changed lesson would be a changed page)."""
     # -vv: Sphinx then says why it reads a page ("[build target] changed: ... due to ...").
-    command = [sys.executable, "-m", "sphinx", "-vv", "-b", "html", "docs/en", str(BUILT / "en")]
+    command = [SITE_PYTHON, "-m", "sphinx", "-vv", "-b", "html", "docs/en", str(BUILT / "en")]
     runs = 2 if os.environ.get("PT2E_COURSE_SITE") else 1  # then build/html may be stale
     for _ in range(runs):
         with site_lock():

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
+from common.cpu import lesson_language
+
 __all__ = ["FLOAT_KERNELS", "KernelsRun", "kernels_run", "time_by_kind"]
 
 #: The float compute kernels, as the profiler names them: eager convs and matmuls, and what
@@ -57,10 +59,20 @@ class KernelsRun:
 
     @property
     def summary(self) -> str:
-        """One line: ``int8: onednn::qconv_pointwise ×3; float: none``."""
+        """One line, ``int8: onednn::qconv_pointwise ×3; float: none``, in the language of the
+        lesson that asks (``lesson_language()``)."""
+        return self.summary_in(lesson_language())
+
+    def summary_in(self, lang: str) -> str:
+        """``summary`` in ``lang``, ``"en"`` or ``"zh_TW"``.
+
+        >>> KernelsRun(Counter({"onednn::qlinear_pointwise": 2}), Counter()).summary_in("zh_TW")
+        'int8: onednn::qlinear_pointwise ×2; float: 無'
+        """
+        none = "無" if lang == "zh_TW" else "none"
 
         def listed(kernels: Counter) -> str:
-            return ", ".join(f"{n} ×{c}" for n, c in sorted(kernels.items())) or "none"
+            return ", ".join(f"{n} ×{c}" for n, c in sorted(kernels.items())) or none
 
         return f"int8: {listed(self.int8)}; float: {listed(self.float)}"
 

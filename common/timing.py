@@ -344,7 +344,7 @@ class Race(Timings):
         lang = lang or lesson_language()
         width = max((display_width(label) for label in self.kernels), default=5)
         ran = "執行的 kernel：" if lang == "zh_TW" else "ran "
-        lines = [f"{pad(label, width)}  {ran}{k.summary}" for label, k in self.kernels.items()]
+        lines = [f"{pad(label, width)}  {ran}{k.summary_in(lang)}" for label, k in self.kernels.items()]
         return "\n".join([super().table(lang=lang), *lines])
 
 

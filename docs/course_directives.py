@@ -81,6 +81,61 @@ def _title(paragraph: str) -> str:
     return paragraph.split(" ===")[0].rstrip("= ").strip()
 
 
+def card_picture(srcdir: Path, script: Path) -> tuple[str, bool] | None:
+    """The picture a lesson's card stems from, as a path from the source dir, and whether it
+    is a focus picture (docs/course_gallery.py writes one beside each ``draw(...,
+    highlight=...)`` picture): the picture the gallery thumbnail shows
+    (``sphinx_gallery_thumbnail_number``, else 1), its focus picture when there is one. None
+    before the lesson's first run."""
+    found = _THUMBNAIL_NUMBER.search(script.read_text("utf-8"))
+    picture = f"lessons/{script.parent.name}/images/sphx_glr_{script.stem}_"
+    picture += f"{int(found.group(1)) if found else 1:03d}"
+    # The focus picture when there is one, else the picture: the lesson's next run writes it
+    # again, and a page that noted it is read again then (a missing file would make it every
+    # build).
+    for candidate in (f"{picture}_focus.svg", f"{picture}.svg", f"{picture}.png"):
+        if (srcdir / candidate).exists():
+            return candidate, candidate.endswith("_focus.svg")
+    return None
+
+
+def _thumbnail_source(srcdir: Path, thumb: Path, language: str) -> tuple[str, bool] | None:
+    """``card_picture`` of the lesson a sphinx-gallery thumbnail
+    (``lessons/<module>/images/thumb/sphx_glr_<lesson>_thumb.svg``) belongs to."""
+    lesson = thumb.name.removeprefix("sphx_glr_").rsplit("_thumb", 1)[0]
+    script = ROOT / "examples" / language / thumb.parents[2].name / f"{lesson}.py"
+    return card_picture(srcdir, script) if script.is_file() else None
+
+
+def _module_page_thumbnails(app) -> None:
+    """A module page's thumbnails show what the course map's cards show: sphinx-gallery shrinks
+    a lesson's first picture, a whole graph, to 160 px, where no label can be read. A lesson
+    with a focus picture gets it as its thumbnail (written only when it differs, so that an
+    unchanged build reads no page again); _drop_unreadable_thumbnails takes the others' off."""
+    srcdir = Path(app.srcdir)
+    for thumb in srcdir.glob("lessons/*/images/thumb/sphx_glr_*_thumb.svg"):
+        found = _thumbnail_source(srcdir, thumb, app.config.language)
+        if found and found[1]:
+            focus = (srcdir / found[0]).read_bytes()
+            if thumb.read_bytes() != focus:
+                thumb.write_bytes(focus)
+
+
+def _drop_unreadable_thumbnails(app, doctree) -> None:
+    """On a module page, a lesson without a focus picture gets no thumbnail (its title stays):
+    its first picture is a whole graph, a diff or a chart, unreadable at 160 px."""
+    if not re.fullmatch(r"lessons/[^/]+/index", app.env.docname):
+        return
+    srcdir = Path(app.srcdir)
+    for image in list(doctree.findall(nodes.image)):
+        uri = image.get("uri", "")
+        if "/images/thumb/" not in uri:
+            continue
+        found = _thumbnail_source(srcdir, Path(uri), app.config.language)
+        if not (found and found[1]):
+            image.parent.remove(image)
+
+
 class _GeneratedContent(SphinxDirective):
     """A directive whose content is written from files: each file it reads is noted, so Sphinx
     reads its page again exactly when one of them changed."""
@@ -106,16 +161,11 @@ class _GeneratedContent(SphinxDirective):
         the picture its gallery thumbnail shows (``sphinx_gallery_thumbnail_number``, else 1).
         None when that picture highlights nothing (a chart, a diff, a plain graph): a whole
         graph shrunk to a card cannot be read."""
-        found = _THUMBNAIL_NUMBER.search(self.read(script))
-        picture = f"lessons/{script.parent.name}/images/sphx_glr_{script.stem}_"
-        picture += f"{int(found.group(1)) if found else 1:03d}"
-        # The focus picture when there is one, else the picture: the lesson's next run writes
-        # it again, and the page is read again then (a missing file would make it every build).
-        for candidate in (f"{picture}_focus.svg", f"{picture}.svg", f"{picture}.png"):
-            if Path(self.env.srcdir, candidate).exists():
-                self.env.note_dependency(candidate)
-                return candidate if candidate.endswith("_focus.svg") else None
-        return None
+        self.env.note_dependency(str(script))
+        found = card_picture(Path(self.env.srcdir), script)
+        if found is not None:
+            self.env.note_dependency(found[0])
+        return found[0] if found and found[1] else None
 
     def parse(self, text: str, *, lists_lessons: bool) -> list:
         if lists_lessons:
@@ -341,4 +391,7 @@ def setup(app) -> dict:
     app.add_directive("course-map", CourseMap)
     app.add_directive("course-results", CourseResults)
     app.add_directive("course-lessons", CourseLessons)
+    # After sphinx-gallery has written the module pages and their thumbnails.
+    app.connect("builder-inited", _module_page_thumbnails, priority=900)
+    app.connect("doctree-read", _drop_unreadable_thumbnails)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

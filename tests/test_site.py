@@ -230,6 +230,21 @@ def test_course_map_has_a_card_per_lesson(site, lang):
     assert 'href="course_map.html"' in index, "the landing page links to the course map"
 
 
+def test_module_pages_show_focus_pictures_or_no_picture(site):
+    """sphinx-gallery shrinks a lesson's first picture, a whole graph, to 160 px on its module's
+    page; the page shows the lesson's focus picture there instead, as the course map's cards
+    do, or no picture (docs/course_directives.py)."""
+    for lang in LANGUAGES:
+        focus = {p.read_bytes() for p in (site / lang / "_images").glob("*_focus.svg")}
+        shown = 0
+        for page in (site / lang / "lessons").glob("*/index.html"):
+            for src in re.findall(r'<img[^>]+src="([^"]+_thumb\.\w+)"', page.read_text("utf-8")):
+                thumb = (page.parent / src).resolve()
+                assert thumb.read_bytes() in focus, f"{lang}/{page.parent.name}: {src} is not one"
+                shown += 1
+        assert shown >= 10, f"{lang}: {shown} module-page thumbnails, expected most lessons'"
+
+
 # Per card picture of a page: its file and the rendered size of its smallest label, in CSS px.
 # A Graphviz SVG's font sizes are in its viewBox's units; the card draws the picture scaled by
 # object-fit (scale-down: to fit its content box, and never beyond its natural size).

@@ -150,12 +150,22 @@ class _MeasuredOnce:
     (docs/course_gallery.py) sets it."""
 
     folder: Path | None = None
+    #: Seconds spent in ``reuse`` while a build runs, measuring or reading (benchmarks/bench.py
+    #: shows it per module: the second language's share should be about nothing).
+    seconds: float = 0.0
 
     def reuse(self, key: str | None, measure: Callable[[], dict]) -> dict:
         """``measure()`` (a JSON value), or what a build of the other language measured for
         ``key``; measured afresh when ``key`` is None or no build is running."""
         if key is None or self.folder is None:
             return measure()
+        started = time.perf_counter()
+        try:
+            return self._reuse(key, measure)
+        finally:
+            self.seconds += time.perf_counter() - started
+
+    def _reuse(self, key: str, measure: Callable[[], dict]) -> dict:
         from filelock import FileLock  # a build dependency, not a reader's
 
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -344,7 +354,9 @@ class Race(Timings):
         lang = lang or lesson_language()
         width = max((display_width(label) for label in self.kernels), default=5)
         ran = "執行的 kernel：" if lang == "zh_TW" else "ran "
-        lines = [f"{pad(label, width)}  {ran}{k.summary_in(lang)}" for label, k in self.kernels.items()]
+        lines = [
+            f"{pad(label, width)}  {ran}{k.summary_in(lang)}" for label, k in self.kernels.items()
+        ]
         return "\n".join([super().table(lang=lang), *lines])
 
 

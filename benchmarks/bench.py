@@ -62,11 +62,18 @@ def run_floor() -> None:
     sys.path.insert(0, str(ROOT))
     from common.timing import measured_once
 
+    from course_gallery import forget_earlier_main
+
     seconds, timing = {}, {}
     with tempfile.TemporaryDirectory() as measured:
         measured_once.folder = Path(measured)  # empty: this run measures every timing once
         for path in lesson_paths():
+            # As the build's per-lesson hook does (docs/course_gallery.py, reset).
+            forget_earlier_main()
+            if "torch._inductor.config" in sys.modules:
+                sys.modules["torch._inductor.config"].freezing = False
             started, timed_before = time.perf_counter(), measured_once.seconds
+            print(f"floor: {path.relative_to(ROOT)}", file=sys.stderr, flush=True)
             with contextlib.redirect_stdout(open(os.devnull, "w")), _chdir(path.parent):
                 runpy.run_path(str(path), run_name="__main__")
             plt.close("all")

@@ -37,7 +37,7 @@ def reset(gallery_conf, fname) -> None:
     measured_once.folder = MEASURED_ONCE
     if "torch._inductor.config" in sys.modules:
         sys.modules["torch._inductor.config"].freezing = False
-    _forget_earlier_main()
+    forget_earlier_main()
     if "torchao.quantization.pt2e.utils" in sys.modules:
         from pattern_graphs import export_once
 
@@ -48,7 +48,7 @@ def reset(gallery_conf, fname) -> None:
     results_target.start(results_folder(lang), Path(fname).stem)
 
 
-def _forget_earlier_main() -> None:
+def forget_earlier_main() -> None:
     """Let dynamo find this lesson's ``__main__``, not the first one it met in the process.
 
     sphinx-gallery runs each lesson in a ``__main__`` module of its own. Dynamo (torch 2.13)

@@ -218,7 +218,7 @@ assert (x86.weight.dtype, x86.input_activation.dtype) == (torch.int8, torch.uint
 # 只執行 int8 kernel，分成兩種：ATen 的 ``aten::_int_mm`` ，以及 torchao 的 inductor pass 改寫過
 # 的地方所用的 oneDNN int8 linear（ ``kernels_run`` 把兩種都算成 int8； ``matmuls`` 依名稱
 # 列出每個矩陣乘法）。只量化 weight 的模型經過 freezing 之後只執行浮點數 kernel：freezing 把常數
-# weight 的 dequantize 摺疊掉了，剩下的是一個 weight 經過捨入的浮點數模型。
+# weight 的 dequantize 折疊掉了，剩下的是一個 weight 經過捨入的浮點數模型。
 
 
 def matmuls(model) -> dict:

@@ -287,7 +287,7 @@ assert torch.equal(out, run(delegate.buffer, x)), "方法正常執行"
 # 在 executorch 1.0.0 與 1.3.1 上回報（executorch#20517）：量化後的 conv 使用
 # ``padding='same'`` 與偶數大小的 kernel，後面接一個 ReLU，lowering 成功，程式執行時卻失敗。
 # 在 executorch 1.5.1 上已不再重現：回報的模型能執行，整個是一個 delegate，和 q/dq 模型相差
-# 不超過一個量化步階。
+# 不超過一格。
 
 
 class Same(nn.Module):
@@ -307,7 +307,7 @@ with warnings.catch_warnings():
     same_program = lowered(same, samples)
 step = [n for n in same.graph.nodes if n.target == qd.quantize_per_tensor.default][-1].args[1]
 steps = ((run(same_program.buffer, samples) - same(*samples)).abs() / step).round().max().item()
-print(f"delegate：{list(delegated(same_program.exported_program()))}；相差 {steps:.0f} 個步階")
+print(f"delegate：{list(delegated(same_program.exported_program()))}；相差 {steps:.0f} 格")
 assert len(delegated(same_program.exported_program())) == 1 and steps <= 1, "它能執行"
 
 # %%

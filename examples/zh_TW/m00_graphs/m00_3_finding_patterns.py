@@ -205,7 +205,7 @@ pattern = torch.export.export(ConvBatchNormReLU(), pattern_args).graph_module
 draw(pattern, title="pattern 圖")
 
 # %%
-# 直接比對什麼都找不到：matcher 連常數參數也會比較。
+# 直接比對什麼都找不到：matcher 連常數引數也會比較。
 # 模式的 conv 用預設的 padding ``[0, 0]``，模型的 conv 卻是 padding 1。
 # ``ignore_literals=True`` 把常數當成萬用字元；模式的 placeholder 本來就能配上任何東西，
 # 所以 ``weight`` 配到的是模型的 ``get_attr`` node ``conv_weight``。

@@ -130,7 +130,7 @@ assert (linear.args[9], linear.args[10]) == (torch.float32, "none")
 # %%
 # 步驟 3 — int8 weight 存在哪裡
 # -----------------------------
-# weight 參數（ ``args[3]`` ）是一個 ``get_attr`` ，讀的是 lowering 時由
+# weight 引數（ ``args[3]`` ）是一個 ``get_attr`` ，讀的是 lowering 時由
 # ``onednn.qconv_prepack`` ／ ``qlinear_prepack`` 做好一次的常數：和 q/dq 圖的
 # ``_frozen_param`` weight 是同樣的 int8 數字，但經過 **預先打包（prepack）**——重新排列成
 # oneDNN 的分塊記憶體配置（ ``torch._mkldnn`` ），linear 的則轉置存放。 ``to_dense()``

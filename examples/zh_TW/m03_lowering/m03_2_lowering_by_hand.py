@@ -85,7 +85,7 @@ assert not ops(gm)["aten.linear.default"], "linear 被拆解了"
 # 步驟 2 — conv：比對、預先打包、替換
 # ------------------------------------
 # 模式是 ``convolution(dequantize(x_uint8), dequantize_per_channel(w_int8))`` 。int8 運算
-# 直接讀 ``x_uint8`` ，把 dequantize 的 scale 和 zero point 當成參數；weight 經過
+# 直接讀 ``x_uint8`` ，把 dequantize 的 scale 和 zero point 當成引數；weight 經過
 # ``onednn.qconv_prepack`` （目前還是一個 node；步驟 5 才執行它一次）。接著刪掉舊的 node：
 # 先刪 conv，因為它還是 dequantize 的使用者時，dequantize 刪不掉。
 

@@ -399,7 +399,7 @@ assert len(linears) == 6 and all(int8), "每一步兩個 linear，weight 都是 
 
 
 def weight_qparams(gm) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """convert 後的圖中每個 per-channel weight 的（int8 weight, scale）。"""
+    """convert 後的圖中每個 per-channel weight 的（int8 weight，scale）。"""
     found = gm.graph.find_nodes(op="call_function", target=qd.dequantize_per_channel.default)
     return [(getattr(gm, n.args[0].target), getattr(gm, n.args[1].target)) for n in found]
 

@@ -132,7 +132,7 @@ block_tokens = (tokens[0][:2],)
 block_quantize_ = torch.export.export(
     with_quantize_(block, Int8DynamicActivationInt8WeightConfig()), block_tokens
 ).module()
-print("quantize_，匯出後：", ops(block_quantize_))
+print(f"quantize_，匯出後：{ops(block_quantize_)}")
 highlight = [n.name for n in block_quantize_.graph.nodes if "torchao" in str(n.target)]
 draw(block_quantize_, highlight=highlight, title="quantize_：torchao 的運算與 aten._int_mm")
 assert ops(block_quantize_)["aten._int_mm.default"] == 6, "q、k、v、out、fc1、fc2：每個區塊六個"
@@ -140,7 +140,7 @@ assert ops(block_quantize_)["aten._int_mm.default"] == 6, "q、k、v、out、fc1
 # %%
 
 block_pt2e = with_pt2e(block, block_tokens)
-print("PT2E：", ops(block_pt2e))
+print(f"PT2E：{ops(block_pt2e)}")
 highlight = [n.name for n in block_pt2e.graph.nodes if "quantized_decomposed" in str(n.target)]
 draw(block_pt2e, highlight=highlight, title="PT2E：浮點數 linear 前後的 q/dq")
 assert "aten._int_mm.default" not in ops(block_pt2e), "編譯前沒有 int8 運算"

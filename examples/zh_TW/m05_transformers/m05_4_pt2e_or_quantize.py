@@ -6,7 +6,7 @@ torchao 有兩種量化方式。 ``quantize_(model, config)`` 作用在 eager �
 weight 換成張量子類別，裡面帶著 int8 數值與它們的 scale，每次呼叫時由這個子類別決定執行哪個
 kernel——這是 torchao 自己的指南優先介紹的 API，為 LLM 而設計。PT2E 是本課程的做法：在匯出的圖上
 加入 quantize 與 dequantize node，再由後端（inductor、ExecuTorch）下放。本課在同一個 encoder 上
-比較三種 int8 配方—— ``quantize_`` 的 int8 動態活化值加 int8 weight、 ``quantize_`` 的只量化
+比較三種 int8 配方——``quantize_`` 的 int8 動態活化值加 int8 weight、 ``quantize_`` 的只量化
 int8 weight，以及 PT2E 動態量化（ ``X86InductorQuantizer`` 搭配 ``is_dynamic=True`` ）——量測每個
 模型變成什麼、它的誤差、編譯後執行的 kernel，以及速度。最後用一張表整理：什麼情況選哪一個。
 
@@ -122,7 +122,7 @@ assert isinstance(models["pt2e"], torch.fx.GraphModule), "一張新的圖"
 # 步驟 2 — 實際執行的圖
 # ---------------------
 # 匯出 ``quantize_`` 的模型，子類別就展開成運算：每個 linear 的輸入先經過 torchao 自己的
-# ``choose_qparams_affine`` 與 ``quantize_affine`` （一次一列），再進入 ``aten._int_mm`` ——真正的
+# ``choose_qparams_affine`` 與 ``quantize_affine`` （一次一列），再進入 ``aten._int_mm``——真正的
 # int8 × int8 → int32 矩陣乘法，已經在圖裡。PT2E 的圖仍然是模擬：每個浮點數 ``linear`` 夾在
 # q/dq node 之間，要等 inductor 編譯時才變成 int8 kernel（M03）。下面兩張圖是各配方量化後的
 # 第一個區塊，量化運算以標示呈現。

@@ -401,7 +401,7 @@ if "AVX2" in weaker_paths():
         other = run_under_isa("AVX2", f"SAVED = {saved!r}\n{AVX2_STEP}", key=AVX2_STEP + key)
     found = other["result"]
     paths[other["cpu"]["onednn"]] = {LABELS[k]: Timing(**v) for k, v in found["times"].items()}
-    print(f"AVX2 子行程：{other['cpu']['onednn']}，負載平均 {found['load']:.2f}")
+    print(f"AVX2 子行程：{other['cpu']['onednn']}，平均負載 {found['load']:.2f}")
 
 labels = [LABELS[k] for k in programs]
 print(pad("int8 路徑", 18) + "".join(pad(label, 22, align=">") for label in labels))

@@ -127,7 +127,7 @@ assert missing == in_graph, "正是圖中的 quantize 與 dequantize 運算，�
 # **修正**：用 ``XnnpackPartitioner`` 做 lowering：q/dq node 會進入 XNNPACK delegate，由它以
 # int8 張量執行，不會輸出任何 q/dq kernel（ :ref:`M06-2 · 下放到 ExecuTorch
 # <sphx_glr_lessons_m06_executorch_m06_2_lowering_to_executorch.py>` ）。若要改在 portable
-# kernel 上執行 q/dq 圖（逐個運算照 q/dq 模型的算法計算），
+# kernel 上執行 q/dq 圖（逐個運算照 q/dq 模型的做法計算），
 # ``import executorch.kernels.quantized`` 會註冊這些 out 變體。
 
 delegate = lowered(qdq, x)

@@ -403,7 +403,7 @@ assert get_source_partitions(functional.graph, ["conv2d"]), "用字串 'conv2d'�
 # - `torch.fx <https://docs.pytorch.org/docs/stable/fx.html>`_：
 #   三種方法走訪的 ``Graph`` 與 ``Node``。
 # - `torch.export <https://docs.pytorch.org/docs/stable/export.html>`_：
-#   strict 與 non-strict export，以及它們記在 node 上的中繼資料。
+#   strict 與 non-strict 匯出，以及它們記在 node 上的中繼資料。
 # - :ref:`疑難排解：prepare 與 convert
 #   <sphx_glr_lessons_troubleshooting_m99_2_prepare_and_convert.py>`：同樣的錯誤，依錯誤訊息查
 # - :ref:`疑難排解：匯入與匯出

@@ -40,7 +40,7 @@ from common.pt2e import quiet, x86_quantizer
 from common.timing import race
 from common.viz import draw
 
-quiet()  # 這套工具已知的匯入雜訊（torchao 只給 CUDA 用的運算、棄用警告）
+quiet()  # 這套工具已知的匯入雜訊（torchao 只給 CUDA 用的 kernel、棄用警告）
 # inductor 的 int8 lowering 複製 zero point 張量的方式，會觸發 torch 自己的警告。
 warnings.filterwarnings("ignore", message="To copy construct from a tensor", category=UserWarning)
 

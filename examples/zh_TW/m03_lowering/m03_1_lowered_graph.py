@@ -64,7 +64,7 @@ qdq = [n.name for n in simulated.graph.nodes if "quantize_per_tensor" in str(n.t
 draw(simulated, highlight=qdq, title="之前：q/dq 圖（用浮點數模擬 int8）")
 
 # %%
-# 兩個輔助工具： ``ops`` 依簡短名稱計算圖裡每種運算的數量； ``Recorder`` 用
+# 兩個輔助函式： ``ops`` 依簡短名稱計算圖裡每種運算的數量； ``Recorder`` 用
 # ``torch.fx.Interpreter`` 一個 node 一個 node 地執行圖，並保留每個 node 的輸出，
 # 讓我們能看進一張會失敗的圖裡面。
 

@@ -28,7 +28,7 @@ int8 weight，以及 PT2E 動態量化（ ``X86InductorQuantizer`` 搭配 ``is_d
 # 準備
 # ----
 # 使用 M05-3 計時用的 encoder（四個 pre-norm 區塊，d_model 256，MLP 1024，隨機 weight），輸入是
-# 4 × 64 個 token 的批次。 ``with_quantize_`` 用 torchao 的 config 量化模組的複本；
+# 4 × 64 個 token 的批次。 ``with_quantize_`` 用 torchao 的 config 量化模組的副本；
 # ``with_pt2e`` 匯出模組，用 x86 quantizer 的動態設定 prepare，執行一次（為了 weight 的
 # observer，見 M05-2）再 convert。 ``ops`` 計算圖裡量化運算與矩陣乘法運算的數量。
 

@@ -312,7 +312,7 @@ print(timings.table())
 #
 # 延伸閱讀
 # --------
-# - `torchao 量化概觀
+# - `torchao 量化總覽
 #   <https://docs.pytorch.org/ao/stable/quantization_overview.html>`_ （ ``quantize_`` 與它的
 #   張量子類別）
 # - `透過 Inductor 使用 x86 後端的 PT2E 量化（torchao）

@@ -6,7 +6,8 @@ PT2E quantizer 只負責寫 annotation；annotation 寫了什麼、結果能在�
 後端寫的。一個小 CNN 依序交給這台機器上匯入得了的每個 quantizer：torchao 的
 ``X86InductorQuantizer`` 與 ``ArmInductorQuantizer`` ，ExecuTorch 的 ``XNNPACKQuantizer`` 與
 ``OpenVINOQuantizer`` （NNCF）。它們對哪些運算變成 int8 意見一致，其他都不同：活化值用
-uint8 還是 int8、仿射還是對稱、weight 是 per-channel 還是 per-tensor、殘差 add 併入 conv 還是自成一個運算。
+uint8 還是 int8、仿射還是對稱、weight 是 per-channel 還是 per-tensor、殘差 add 併入 conv
+還是自成一個運算。
 課程手寫的 ``prepare`` ／ ``convert`` 在四者之下都得到和 torchao 完全相同的數值；其中三個
 接著在這裡執行 int8 kernel，而 ``use_reference_representation=True`` 把 int8 的 q/dq 運算改寫成
 任何後端都讀得懂的整數算術。

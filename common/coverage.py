@@ -2,12 +2,13 @@
 
 import copy
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
 from common.charts import display_width, pad
+from common.cpu import lesson_language
 
 __all__ = ["COMPUTE_OPS", "Coverage", "OpCoverage", "coverage", "side_by_side", "spec_table"]
 
@@ -39,6 +40,180 @@ COMPUTE_OPS = {
 _KEY = "quantization_annotation"
 _ROLES = ("activation", "weight")
 _INTEGER = {torch.int8, torch.uint8, torch.int16, torch.int32}
+_LANGUAGES = ("en", "zh_TW")
+
+_ADD_RULE = {
+    "en": (
+        "add is not in the quantizer's op set: it is annotated only fused after the conv or "
+        "linear that feeds it (conv + add, linear + add)"
+    ),
+    "zh_TW": (
+        "add 不在 quantizer 的運算集合裡：只在與前面的 conv 或 linear 融合時才標註"
+        "（conv + add、linear + add）"
+    ),
+}
+
+#: What a report says, by key, in each language: a reason (the English is the ``reason`` a
+#: report stores, which tests and lessons compare, so it must not change) or a label. Fields:
+#: ``{nodes}`` a tuple of node names, ``{specs}`` a tuple of ``_spec_text`` texts, both joined
+#: in the language's way; any other field a string, shown as it is.
+_TEXTS = {
+    "int8": {"en": "{specs}", "zh_TW": "{specs}"},
+    "int8 fused": {"en": "{specs} (fused with {nodes})", "zh_TW": "{specs}（與 {nodes} 融合）"},
+    "not annotated": {"en": "not annotated", "zh_TW": "沒有標註"},
+    "no integer spec": {
+        "en": "annotated, but no integer spec for its input {nodes}",
+        "zh_TW": "有標註，但它的輸入 {nodes} 沒有整數 spec",
+    },
+    "None config": {
+        "en": "a None config keeps it float (set_module_name_qconfig / ..._type_qconfig)",
+        "zh_TW": "它的設定是 None，所以留在浮點數（set_module_name_qconfig／..._type_qconfig）",
+    },
+    "no config": {
+        "en": "no config: set_global was not called",
+        "zh_TW": "沒有任何設定：沒有呼叫 set_global",
+    },
+    "not in op set": {
+        "en": "aten.{op} is not in the quantizer's op set (quantizable_ops)",
+        "zh_TW": "aten.{op} 不在 quantizer 的運算集合裡（quantizable_ops）",
+    },
+    "matmul on request": {
+        "en": (
+            "matmul is in quantizable_ops but not default_quantizable_ops: annotated only on "
+            "request (set_function_type_qconfig(torch.matmul, ...), set_module_name_qconfig)"
+        ),
+        "zh_TW": (
+            "matmul 在 quantizable_ops 裡，卻不在 default_quantizable_ops 裡：要指定才會標註"
+            "（set_function_type_qconfig(torch.matmul, ...)、set_module_name_qconfig）"
+        ),
+    },
+    "F.linear in a module": {
+        "en": (
+            "F.linear called inside {module_type}, not an nn.Linear: the linear pattern finds "
+            "nn.Linear modules and F.linear calls (get_source_partitions)"
+        ),
+        "zh_TW": (
+            "在 {module_type} 裡呼叫的 F.linear，不是 nn.Linear：linear 的模式找的是 "
+            "nn.Linear 模組與 F.linear 呼叫（get_source_partitions）"
+        ),
+    },
+    "conv2d in a module": {
+        "en": "conv2d called inside {module_type}, not an nn.Conv2d module",
+        "zh_TW": "在 {module_type} 裡呼叫的 conv2d，不是 nn.Conv2d 模組",
+    },
+    "conv1d without ReLU": {
+        "en": "conv1d is annotated only with an nn.ReLU after it (the Conv1d + ReLU pattern)",
+        "zh_TW": "conv1d 只在後面接著 nn.ReLU 時才標註（Conv1d + ReLU 的模式）",
+    },
+    "broadcast mul": {
+        "en": (
+            "mul of shapes {first} and {second}: the quantizer annotates mul only for two "
+            "tensors of the same shape"
+        ),
+        "zh_TW": "mul 的兩個輸入形狀是 {first} 與 {second}：quantizer 只標註兩個張量形狀相同的 mul",
+    },
+    "add not fused": _ADD_RULE,
+    "add fed by no conv": {
+        "en": f"{_ADD_RULE['en']}; no conv or linear feeds this one directly",
+        "zh_TW": f"{_ADD_RULE['zh_TW']}；這個 add 前面沒有直接接著 conv 或 linear",
+    },
+    "add fed by a busy conv": {
+        "en": f"{_ADD_RULE['en']}; {{nodes}} feeding it has other users too",
+        "zh_TW": f"{_ADD_RULE['zh_TW']}；它前面的 {{nodes}} 還有其他使用者",
+    },
+    "no rule": {
+        "en": "not annotated: no rule of this report explains it",
+        "zh_TW": "沒有標註：這份報告的規則都解釋不了",
+    },
+    "in no pattern": {
+        "en": "aten.{op} is in none of the quantizer's patterns (SUPPORTED_PATTERNS)",
+        "zh_TW": "aten.{op} 不在 quantizer 的任何一個模式裡（SUPPORTED_PATTERNS）",
+    },
+    "dynamic: linear and conv only": {
+        "en": "the dynamic config annotates only linear and conv (patterns marked is_dynamic)",
+        "zh_TW": "動態量化的設定只標註 linear 與 conv（標為 is_dynamic 的模式）",
+    },
+    "not float32": {
+        "en": "{kind} of a tensor that is not float32: observers take float tensors only",
+        "zh_TW": "{kind} 有一個輸入不是 float32 張量：observer 只接受浮點數張量",
+    },
+    "dynamic: conv + ReLU": {
+        "en": (
+            "a conv followed by a ReLU is annotated only by the conv + ReLU pattern, "
+            "which the dynamic config does not apply"
+        ),
+        "zh_TW": (
+            "後面接著 ReLU 的 conv 只由 conv + ReLU 的模式標註，而動態量化的設定不套用這個模式"
+        ),
+    },
+    "dynamic: 2-D only": {
+        "en": "the dynamic config annotates 2-D convs only",
+        "zh_TW": "動態量化的設定只標註 2-D conv",
+    },
+    "dynamic: depthwise": {
+        "en": "a depthwise conv (one input channel per group) is not annotated dynamically",
+        "zh_TW": "depthwise conv（每個 group 一個輸入通道）不會以動態量化標註",
+    },
+    "label": {"en": "{name}", "zh_TW": "{name}"},
+    "label dynamic": {"en": "{name} dynamic", "zh_TW": "{name}（動態）"},
+}
+
+#: The words of a ``_spec_text`` (``u8 per-tensor affine dynamic``) that zh_TW says in Chinese;
+#: dtypes, ``per-tensor`` and ``per-channel`` stay English, as the glossary has them.
+_SPEC_WORDS = {"affine": "仿射", "symmetric": "對稱", "shared": "共用"}
+_STATUS_ZH_TW = {"static": "int8 靜態", "dynamic": "int8 動態", "fused": "int8 融合"}
+_HEADERS = {
+    "en": {"node": "node", "op": "op", "module": "module", "why": "why", "model": "(model)"},
+    "zh_TW": {"node": "node", "op": "運算", "module": "模組", "why": "原因", "model": "（模型）"},
+}
+_LIST = {"en": ", ", "zh_TW": "、"}
+
+
+def _checked(lang: str | None) -> str:
+    """``lang``, or the running lesson's language when it is None."""
+    lang = lang or lesson_language()
+    if lang not in _LANGUAGES:
+        raise ValueError(f"unknown language {lang!r} (one of: {', '.join(_LANGUAGES)})")
+    return lang
+
+
+def _spec_in(text: str, lang: str) -> str:
+    """A ``_spec_text`` in ``lang``: ``u8 per-tensor 仿射（動態）`` in zh_TW.
+
+    ``_spec_text`` makes it of a few known words (a dtype, ``per-tensor`` or ``per-channel``,
+    the qscheme's kind, ``dynamic``; or ``shared`` alone): the specs stay English data, as
+    ``schemes`` returns them, and only the words the glossary says in Chinese change.
+    """
+    if lang == "en":
+        return text
+    *words, last = text.split(" ")
+    dynamic = last == "dynamic"
+    words = [_SPEC_WORDS.get(word, word) for word in (words if dynamic else [*words, last])]
+    return " ".join(words) + ("（動態）" if dynamic else "")
+
+
+@dataclass(frozen=True)
+class _Text:
+    """A line of a report as its template's key in ``_TEXTS`` and the values of its fields.
+
+    Kept beside the English string, so that each language's page says it in its own words
+    without translating finished English.
+    """
+
+    key: str
+    values: tuple = ()  # (field, value) pairs: a tuple keeps the report hashable
+
+    def render(self, lang: str) -> str:
+        values = dict(self.values)
+        if "nodes" in values:
+            values["nodes"] = _LIST[lang].join(values["nodes"])
+        if "specs" in values:
+            values["specs"] = " × ".join(_spec_in(spec, lang) for spec in values["specs"])
+        return _TEXTS[self.key][lang].format(**values)
+
+
+def _text(key: str, **values) -> _Text:
+    return _Text(key, tuple(values.items()))
 
 
 @dataclass(frozen=True)
@@ -59,6 +234,9 @@ class OpCoverage:
         specs: ``(role, spec)`` for each input the op computes on and the quantizer
             quantized: role ``activation`` or ``weight`` (a conv's or linear's second
             input), spec as in ``reason`` (``s8 per-channel symmetric``).
+        said: ``reason`` as its template and values, from which ``reason_in`` says it in
+            either language; None for an op built by hand (``reason_in`` then gives
+            ``reason``).
     """
 
     node: str
@@ -70,11 +248,37 @@ class OpCoverage:
     mode: str
     reason: str
     specs: tuple = ()
+    said: _Text | None = field(default=None, compare=False, repr=False)
 
     @property
     def status(self) -> str:
         """``int8 static``, ``int8 dynamic``, ``int8 fused`` or ``float``."""
         return f"int8 {self.mode}" if self.int8 else "float"
+
+    def status_in(self, lang: str) -> str:
+        """``status`` in ``lang``, ``"en"`` or ``"zh_TW"`` (``int8 融合``, ``浮點數``)."""
+        if _checked(lang) == "en":
+            return self.status
+        return _STATUS_ZH_TW.get(self.mode, f"int8 {self.mode}") if self.int8 else "浮點數"
+
+    @property
+    def why(self) -> str:
+        """``reason`` in the language of the lesson that asks (``lesson_language()``): what a
+        page prints, while ``reason`` stays the English that asserts compare."""
+        return self.reason_in(lesson_language())
+
+    def reason_in(self, lang: str) -> str:
+        """``reason`` in ``lang``, ``"en"`` (``reason`` itself) or ``"zh_TW"``.
+
+        >>> said = _text("int8 fused", specs=("u8 per-tensor affine",), nodes=("conv2d",))
+        >>> op = OpCoverage("add", "add", "add", "", "", True, "fused", "", said=said)
+        >>> op.reason_in("zh_TW")
+        'u8 per-tensor 仿射（與 conv2d 融合）'
+        """
+        lang = _checked(lang)
+        if self.said is None or lang == "en":
+            return self.reason
+        return self.said.render(lang)
 
 
 @dataclass(frozen=True)
@@ -84,10 +288,16 @@ class Coverage:
     Attributes:
         label: the quantizer's name in tables (``X86InductorQuantizer``, ``... dynamic``).
         ops: the compute ops.
+        said: ``label`` as its template and values, when ``coverage`` made it (a zh_TW
+            table says ``X86InductorQuantizer（動態）``); None for a label given by hand.
     """
 
     label: str
     ops: tuple
+    said: _Text | None = field(default=None, compare=False, repr=False)
+
+    def _label_in(self, lang: str) -> str:
+        return self.said.render(lang) if self.said is not None else self.label
 
     def __getitem__(self, node: str) -> OpCoverage:
         for op in self.ops:
@@ -126,32 +336,53 @@ class Coverage:
         """How many float ops each reason accounts for."""
         return Counter(op.reason for op in self.ops if not op.int8)
 
-    def summary(self) -> str:
-        """Int8 ops out of all, per kind; then each float reason with its count, a line each."""
+    def summary(self, *, lang: str | None = None) -> str:
+        """Int8 ops out of all, per kind; then each float reason with its count, a line each.
+
+        Args:
+            lang: ``"en"`` or ``"zh_TW"``; the running lesson's (``lesson_language()``) when
+                omitted.
+        """
+        lang = _checked(lang)
         int8 = sum(op.int8 for op in self.ops)
-        kinds = ", ".join(f"{kind} {i}/{n}" for kind, (i, n) in self.counts().items())
-        lines = [f"{self.label}: {int8} of {len(self.ops)} compute ops int8 ({kinds})"]
-        for reason, count in self.reasons().most_common():
-            lines.append(f"  float ×{count}: {reason}")
+        kinds = _kinds(self, lang)
+        said = {op.reason: op.reason_in(lang) for op in self.ops if not op.int8}
+        label, count = self._label_in(lang), len(self.ops)
+        if lang == "zh_TW":
+            lines = [f"{label}：{count} 個計算運算中有 {int8} 個是 int8（{kinds}）"]
+            lines += [f"  浮點數 ×{n}：{said[r]}" for r, n in self.reasons().most_common()]
+        else:
+            lines = [f"{label}: {int8} of {count} compute ops int8 ({kinds})"]
+            lines += [f"  float ×{n}: {said[r]}" for r, n in self.reasons().most_common()]
         return "\n".join(lines)
 
-    def table(self, *, only: str | None = None) -> str:
+    def table(self, *, only: str | None = None, lang: str | None = None) -> str:
         """A plain-text table: node, op, module, status, reason.
 
         Args:
             only: ``"float"`` or ``"int8"`` to list those ops only; all of them when omitted.
+            lang: ``"en"`` or ``"zh_TW"``; the running lesson's (``lesson_language()``) when
+                omitted.
 
         Raises:
             ValueError: if ``only`` is another value.
         """
         if only not in (None, "float", "int8"):
             raise ValueError(f"only={only!r}: use 'float', 'int8' or leave it out")
+        lang = _checked(lang)
+        words = _HEADERS[lang]
         rows = [
-            (op.node, op.op, op.module or "(model)", op.status, op.reason)
+            (op.node, op.op, op.module or words["model"], op.status_in(lang), op.reason_in(lang))
             for op in self.ops
             if only is None or op.int8 == (only == "int8")
         ]
-        return _format([("node", "op", "module", self.label, "why")], rows)
+        header = (words["node"], words["op"], words["module"], self._label_in(lang), words["why"])
+        return _format([header], rows)
+
+
+def _kinds(report: Coverage, lang: str) -> str:
+    """``conv 3/3, add 1/1``: int8 ops out of all, per kind, listed in the language's way."""
+    return _LIST[lang].join(f"{kind} {i}/{n}" for kind, (i, n) in report.counts().items())
 
 
 def _format(header: list[tuple], rows: list[tuple]) -> str:
@@ -164,11 +395,13 @@ def _format(header: list[tuple], rows: list[tuple]) -> str:
     return "\n".join(lines)
 
 
-def side_by_side(*reports: Coverage) -> str:
+def side_by_side(*reports: Coverage, lang: str | None = None) -> str:
     """One table, a status column per report: the same graph under several quantizers.
 
     Args:
         reports: ``coverage`` reports of one exported graph.
+        lang: ``"en"`` or ``"zh_TW"``; the running lesson's (``lesson_language()``) when
+            omitted.
 
     Returns:
         str: node, op, module, then each report's status (``int8 static``, ``float``, ...).
@@ -185,18 +418,23 @@ def side_by_side(*reports: Coverage) -> str:
                 f"{report.label!r} covers other nodes than {reports[0].label!r}: "
                 "give side_by_side reports of the same exported graph"
             )
+    lang = _checked(lang)
+    words = _HEADERS[lang]
     rows = [
-        (op.node, op.op, op.module or "(model)", *(r.ops[i].status for r in reports))
+        (op.node, op.op, op.module or words["model"], *(r.ops[i].status_in(lang) for r in reports))
         for i, op in enumerate(reports[0].ops)
     ]
-    return _format([("node", "op", "module", *(r.label for r in reports))], rows)
+    labels = (r._label_in(lang) for r in reports)
+    return _format([(words["node"], words["op"], words["module"], *labels)], rows)
 
 
-def spec_table(*reports: Coverage) -> str:
+def spec_table(*reports: Coverage, lang: str | None = None) -> str:
     """One row per quantizer: the specs of its activations and weights, its int8 ops per kind.
 
     Args:
         reports: ``coverage`` reports, of one graph or several.
+        lang: ``"en"`` or ``"zh_TW"``; the running lesson's (``lesson_language()``) when
+            omitted.
 
     Returns:
         str: quantizer, activations, weights, int8 ops (``conv 3/3, add 1/1, ...``); a
@@ -207,11 +445,16 @@ def spec_table(*reports: Coverage) -> str:
     """
     if not reports:
         raise ValueError("spec_table needs at least one report: spec_table(x86, xnnpack)")
+    lang = _checked(lang)
+    between = " / " if lang == "en" else "／"
     rows = []
     for report in reports:
-        kinds = ", ".join(f"{kind} {i}/{n}" for kind, (i, n) in report.counts().items())
-        activations, weights = (" / ".join(report.schemes(r)) or "-" for r in _ROLES)
-        rows.append((report.label, activations, weights, kinds))
+        activations, weights = (
+            between.join(_spec_in(spec, lang) for spec in report.schemes(r)) or "-" for r in _ROLES
+        )
+        rows.append((report._label_in(lang), activations, weights, _kinds(report, lang)))
+    if lang == "zh_TW":
+        return _format([("quantizer", "活化值", "weight", "int8 運算")], rows)
     return _format([("quantizer", "activations", "weights", "int8 ops")], rows)
 
 
@@ -283,10 +526,14 @@ def coverage(model: torch.fx.GraphModule, quantizer, *, label: str | None = None
         if node is None:  # removed by prepare (none of COMPUTE_OPS is, on the course's models)
             continue
         module, module_type = _module(node)
-        int8, mode, reason, specs = _classify(prepared, node, kind, rules)
+        int8, mode, said, specs = _classify(prepared, node, kind, rules)
         op = node.target._overloadpacket.__name__
-        ops.append(OpCoverage(name, op, kind, module, module_type, int8, mode, reason, specs))
-    return Coverage(label or _label(quantizer), tuple(ops))
+        reason = said.render("en")
+        ops.append(OpCoverage(name, op, kind, module, module_type, int8, mode, reason, specs, said))
+    if label:
+        return Coverage(label, tuple(ops))
+    said = _label(quantizer)
+    return Coverage(said.render("en"), tuple(ops), said)
 
 
 def _compute_nodes(model: torch.fx.GraphModule) -> list[tuple[str, str]]:
@@ -313,11 +560,13 @@ def _module(node: torch.fx.Node) -> tuple[str, str]:
     return path, name
 
 
-def _label(quantizer) -> str:
+def _label(quantizer) -> _Text:
     name = type(quantizer).__name__
     config = getattr(quantizer, "global_config", None)
     activation = getattr(config, "input_activation", None)
-    return f"{name} dynamic" if getattr(activation, "is_dynamic", False) else name
+    return _text(
+        "label dynamic" if getattr(activation, "is_dynamic", False) else "label", name=name
+    )
 
 
 def _reused_message(model, quantizer, error) -> str:
@@ -429,7 +678,7 @@ def _is_fused_into(producer, node) -> bool:
     )
 
 
-def _classify(prepared, node, kind, rules) -> tuple[bool, str, str, tuple]:
+def _classify(prepared, node, kind, rules) -> tuple[bool, str, _Text, tuple]:
     from torchao.quantization.pt2e.quantizer import QuantizationSpec
 
     annotation = _annotation(node)
@@ -460,9 +709,10 @@ def _classify(prepared, node, kind, rules) -> tuple[bool, str, str, tuple]:
         roles.append((role, texts[-1]))
     if not missing and texts:
         mode = "fused" if fused else "dynamic" if dynamic else "static"
-        detail = " × ".join(texts)
         if fused:
-            detail += f" (fused with {', '.join(a.name for a in fused)})"
+            detail = _text("int8 fused", specs=tuple(texts), nodes=tuple(a.name for a in fused))
+        else:
+            detail = _text("int8", specs=tuple(texts))
         return True, mode, detail, tuple(roles)
     return False, "", rules(node, kind, annotation, missing), ()
 
@@ -476,11 +726,11 @@ def _rules_for(quantizer, prepared):
     return _generic_reason
 
 
-def _generic_reason(node, kind, annotation, missing) -> str:
+def _generic_reason(node, kind, annotation, missing) -> _Text:
     if annotation is None:
-        return "not annotated"
-    names = ", ".join(a.name if isinstance(a, torch.fx.Node) else repr(a) for a in missing)
-    return f"annotated, but no integer spec for its input {names}"
+        return _text("not annotated")
+    names = tuple(a.name if isinstance(a, torch.fx.Node) else repr(a) for a in missing)
+    return _text("no integer spec", nodes=names)
 
 
 def _shapes(node) -> tuple:
@@ -503,56 +753,42 @@ class _X86Rules:
             partitions = get_source_partitions(prepared.graph, sources).values()
             self.found[kind] = {n for parts in partitions for p in parts for n in p.nodes}
 
-    def __call__(self, node, kind, annotation, missing) -> str:
+    def __call__(self, node, kind, annotation, missing) -> _Text:
         x86, target = self.x86, node.target
         if annotation is not None and annotation._annotated:
             if not annotation.input_qspec_map and annotation.output_qspec is None:
-                return "a None config keeps it float (set_module_name_qconfig / ..._type_qconfig)"
+                return _text("None config")
             return _generic_reason(node, kind, annotation, missing)
         configs = [self.quantizer.global_config, *self.quantizer.module_name_qconfig.values()]
         if not any(configs) and not any(self.quantizer.operator_type_qconfig.values()):
-            return "no config: set_global was not called"
+            return _text("no config")
         if target not in x86.quantizable_ops and kind not in ("add",):
-            name = target._overloadpacket.__name__
-            return f"aten.{name} is not in the quantizer's op set (quantizable_ops)"
+            return _text("not in op set", op=target._overloadpacket.__name__)
         if target == aten.matmul.default:
-            return (
-                "matmul is in quantizable_ops but not default_quantizable_ops: annotated only on "
-                "request (set_function_type_qconfig(torch.matmul, ...), set_module_name_qconfig)"
-            )
+            return _text("matmul on request")
         if kind == "linear" and node not in self.found["linear"]:
-            return (
-                f"F.linear called inside {_module(node)[1]}, not an nn.Linear: the linear "
-                "pattern finds nn.Linear modules and F.linear calls (get_source_partitions)"
-            )
+            return _text("F.linear in a module", module_type=_module(node)[1])
         if target == aten.conv2d.default and node not in self.found["conv"]:
-            return f"conv2d called inside {_module(node)[1]}, not an nn.Conv2d module"
+            return _text("conv2d in a module", module_type=_module(node)[1])
         if target == aten.conv1d.default:
-            return "conv1d is annotated only with an nn.ReLU after it (the Conv1d + ReLU pattern)"
+            return _text("conv1d without ReLU")
         if kind == "mul":
             first, second = _shapes(node)
             if first != second:
-                return (
-                    f"mul of shapes {list(first)} and {list(second)}: the quantizer annotates mul "
-                    "only for two tensors of the same shape"
-                )
+                return _text("broadcast mul", first=str(list(first)), second=str(list(second)))
         if kind == "add":
             feeding = [
                 a
                 for a in node.args[:2]
                 if isinstance(a, torch.fx.Node) and COMPUTE_OPS.get(a.target) in ("conv", "linear")
             ]
-            rule = (
-                "add is not in the quantizer's op set: it is annotated only fused after the conv "
-                "or linear that feeds it (conv + add, linear + add)"
-            )
             if not feeding:
-                return f"{rule}; no conv or linear feeds this one directly"
-            busy = [a.name for a in feeding if len(a.users) > 1]
+                return _text("add fed by no conv")
+            busy = tuple(a.name for a in feeding if len(a.users) > 1)
             if busy:
-                return f"{rule}; {', '.join(busy)} feeding it has other users too"
-            return rule
-        return "not annotated: no rule of this report explains it"
+                return _text("add fed by a busy conv", nodes=busy)
+            return _text("add not fused")
+        return _text("no rule")
 
 
 class _XnnpackRules:
@@ -568,42 +804,34 @@ class _XnnpackRules:
             if pattern.is_dynamic:
                 self.dynamic_targets |= set(pattern.op_overloads)
 
-    def __call__(self, node, kind, annotation, missing) -> str:
+    def __call__(self, node, kind, annotation, missing) -> _Text:
         config = self.quantizer.global_config
         if annotation is not None and annotation._annotated:
             return _generic_reason(node, kind, annotation, missing)
         if config is None and not self.quantizer.module_name_config:
-            return "no config: set_global was not called"
+            return _text("no config")
         if node.target not in self.targets:
-            return (
-                f"aten.{node.target._overloadpacket.__name__} is in none of the quantizer's "
-                "patterns (SUPPORTED_PATTERNS)"
-            )
+            return _text("in no pattern", op=node.target._overloadpacket.__name__)
         activation = getattr(config, "input_activation", None)
         if activation is not None and activation.is_dynamic:
             if node.target not in self.dynamic_targets:
-                return (
-                    "the dynamic config annotates only linear and conv (patterns marked is_dynamic)"
-                )
+                return _text("dynamic: linear and conv only")
             if kind == "conv":
                 return _xnnpack_dynamic_conv(node)
         if kind in ("add", "mul") and any(
             a.meta["val"].dtype != torch.float32 for a in node.args[:2]
         ):
-            return f"{kind} of a tensor that is not float32: observers take float tensors only"
-        return "not annotated: no rule of this report explains it"
+            return _text("not float32", kind=kind)
+        return _text("no rule")
 
 
-def _xnnpack_dynamic_conv(node) -> str:
+def _xnnpack_dynamic_conv(node) -> _Text:
     users = list(node.users)
     if len(users) == 1 and users[0].target in (aten.relu.default, aten.relu_.default):
-        return (
-            "a conv followed by a ReLU is annotated only by the conv + ReLU pattern, "
-            "which the dynamic config does not apply"
-        )
+        return _text("dynamic: conv + ReLU")
     weight = _unobserved(node.args[1]).meta.get("val")
     if weight is not None and weight.dim() != 4:
-        return "the dynamic config annotates 2-D convs only"
+        return _text("dynamic: 2-D only")
     if weight is not None and weight.shape[1] == 1:
-        return "a depthwise conv (one input channel per group) is not annotated dynamically"
-    return "not annotated: no rule of this report explains it"
+        return _text("dynamic: depthwise")
+    return _text("no rule")

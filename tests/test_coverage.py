@@ -5,11 +5,23 @@ The int8 counts are checked against an independent count from the converted grap
 ``dequantize`` node (or, fused, straight from the int8 conv before it), and a float op does not.
 """
 
+import re
+from string import Formatter
+
 import pytest
 import torch
 from torch import nn
 
-from common.coverage import COMPUTE_OPS, coverage, side_by_side, spec_table
+from common.charts import CJK_CHARACTERS, display_width
+from common.coverage import (
+    _TEXTS,
+    COMPUTE_OPS,
+    Coverage,
+    OpCoverage,
+    coverage,
+    side_by_side,
+    spec_table,
+)
 from common.pt2e import export_module, quiet, x86_quantizer
 
 quiet()
@@ -373,3 +385,162 @@ def test_the_spec_table_has_a_row_per_quantizer_and_refuses_none():
         spec_table()
     with pytest.raises(ValueError, match="use one of 'activation', 'weight'"):
         reports[0].schemes("bias")
+
+
+# What each report printed in English before it learned zh_TW: the en output must not change.
+RESIDUAL_EN = {
+    "summary": (
+        "X86InductorQuantizer: 3 of 3 compute ops int8 (conv 2/2, add 1/1)",
+        "XNNPACKQuantizer dynamic: 1 of 3 compute ops int8 (conv 1/2, add 0/1)\n"
+        "  float ×1: a conv followed by a ReLU is annotated only by the conv + ReLU pattern, "
+        "which the dynamic config does not apply\n"
+        "  float ×1: the dynamic config annotates only linear and conv (patterns marked "
+        "is_dynamic)",
+    ),
+    "table": (
+        "node      op      module   X86InductorQuantizer  why\n"
+        "conv2d    conv2d  conv1    int8 static           "
+        "u8 per-tensor affine × s8 per-channel symmetric\n"
+        "conv2d_1  conv2d  conv2    int8 static           "
+        "u8 per-tensor affine × s8 per-channel symmetric\n"
+        "add_      add_    (model)  int8 fused            "
+        "u8 per-tensor affine (fused with conv2d_1)"
+    ),
+    "side_by_side": (
+        "node      op      module   X86InductorQuantizer  XNNPACKQuantizer dynamic\n"
+        "conv2d    conv2d  conv1    int8 static           float\n"
+        "conv2d_1  conv2d  conv2    int8 static           int8 dynamic\n"
+        "add_      add_    (model)  int8 fused            float"
+    ),
+    "spec_table": (
+        "quantizer                 activations                   weights                   "
+        "int8 ops\n"
+        "X86InductorQuantizer      u8 per-tensor affine          s8 per-channel symmetric  "
+        "conv 2/2, add 1/1\n"
+        "XNNPACKQuantizer dynamic  s8 per-tensor affine dynamic  s8 per-channel symmetric  "
+        "conv 1/2, add 0/1"
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def residual_reports():
+    gm, _ = exported("residual")
+    return coverage(gm, x86()), coverage(gm, xnnpack(dynamic=True))
+
+
+def test_the_english_output_is_what_it_was(residual_reports):
+    one, two = residual_reports
+    assert (one.summary(), two.summary()) == RESIDUAL_EN["summary"]
+    assert one.table() == one.table(lang="en") == RESIDUAL_EN["table"]
+    assert side_by_side(one, two) == side_by_side(one, two, lang="en")
+    assert side_by_side(one, two) == RESIDUAL_EN["side_by_side"]
+    assert spec_table(one, two) == spec_table(one, two, lang="en") == RESIDUAL_EN["spec_table"]
+    assert [op.why for op in two.ops] == [op.reason for op in two.ops], "this test file is en"
+
+
+CJK = re.compile(f"[{CJK_CHARACTERS}]")
+
+
+@pytest.mark.parametrize("key", sorted(_TEXTS), ids=str)
+def test_each_text_has_both_languages_with_the_same_fields(key):
+    templates = _TEXTS[key]
+    assert set(templates) == {"en", "zh_TW"}
+    fields = {
+        lang: {f for _, f, _, _ in Formatter().parse(t) if f} for lang, t in templates.items()
+    }
+    assert fields["en"] == fields["zh_TW"], templates
+    zh = templates["zh_TW"]
+    assert not CJK.search(templates["en"])
+    if zh not in ("{specs}", "{name}"):
+        assert CJK.search(zh), f"{key}: the zh_TW text is not Chinese"
+    # the course's zh writing rules: full-width punctuation after Chinese, a space between
+    # Chinese and Latin letters or digits
+    assert not re.search(f"[{CJK_CHARACTERS}][,:;()]|[(][{CJK_CHARACTERS}]", zh), zh
+    assert not re.search(f"[{CJK_CHARACTERS}][A-Za-z0-9{{]|[A-Za-z0-9}}][{CJK_CHARACTERS}]", zh), zh
+
+
+ENGLISH_WORDS = re.compile(
+    r"(?<!\w)(float|static|fused|dynamic|affine|symmetric|of|compute ops|activations|weights"
+    r"|why|op|module)(?!\w)|\(model\)"
+)
+
+
+def test_a_zh_tw_report_is_chinese(residual_reports):
+    one, two = residual_reports
+    summary = two.summary(lang="zh_TW")
+    assert summary.splitlines()[0] == (
+        "XNNPACKQuantizer（動態）：3 個計算運算中有 1 個是 int8（conv 1/2、add 0/1）"
+    )
+    assert summary.splitlines()[1] == (
+        "  浮點數 ×1：後面接著 ReLU 的 conv 只由 conv + ReLU 的模式標註，"
+        "而動態量化的設定不套用這個模式"
+    )
+    table = one.table(lang="zh_TW")
+    assert table.splitlines()[0].split() == ["node", "運算", "模組", "X86InductorQuantizer", "原因"]
+    assert table.splitlines()[-1].endswith(
+        "int8 融合             u8 per-tensor 仿射（與 conv2d_1 融合）"
+    )
+    both = side_by_side(one, two, lang="zh_TW")
+    assert both.splitlines()[0].split() == [
+        "node",
+        "運算",
+        "模組",
+        "X86InductorQuantizer",
+        "XNNPACKQuantizer（動態）",
+    ]
+    specs = spec_table(one, two, lang="zh_TW")
+    assert specs.splitlines()[0].split() == ["quantizer", "活化值", "weight", "int8", "運算"]
+    assert specs.splitlines()[2].split() == [
+        "XNNPACKQuantizer（動態）",
+        *"s8 per-tensor 仿射（動態） s8 per-channel 對稱 conv 1/2、add 0/1".split(),
+    ]
+    reasons = {op.reason for op in (*one.ops, *two.ops)}
+    for text in (summary, one.summary(lang="zh_TW"), table, two.table(lang="zh_TW"), both, specs):
+        assert not [reason for reason in reasons if reason in text], text
+        assert not ENGLISH_WORDS.search(text), (ENGLISH_WORDS.search(text), text)
+
+
+def column_starts(text: str, cells: list[str]) -> set[int]:
+    """The display column where each line's cell begins, a line and a cell in turn."""
+    rows = text.splitlines()
+    return {display_width(row[: row.index(c)]) for row, c in zip(rows, cells, strict=True)}
+
+
+def test_a_zh_tw_table_keeps_its_columns_aligned(residual_reports):
+    one, two = residual_reports
+    statuses = ["X86InductorQuantizer", *(op.status_in("zh_TW") for op in one.ops)]
+    assert len(column_starts(one.table(lang="zh_TW"), statuses)) == 1
+    assert len(column_starts(side_by_side(one, two, lang="zh_TW"), statuses)) == 1
+    assert len(column_starts(spec_table(one, two, lang="zh_TW"), ["活化值", "u8", "s8"])) == 1
+
+
+def test_every_reason_a_report_gives_has_its_chinese():
+    gm, _ = exported("encoder_layer")
+    for quantizer in (x86(), x86(dynamic=True), xnnpack(), xnnpack(dynamic=True)):
+        for op in coverage(gm, quantizer).ops:
+            zh = op.reason_in("zh_TW")
+            assert op.reason_in("en") == op.reason and zh != op.reason and CJK.search(zh), zh
+
+
+def test_an_unknown_language_is_refused(residual_reports):
+    one, _ = residual_reports
+    for ask in (
+        lambda: one.ops[0].reason_in("fr"),
+        lambda: one.summary(lang="fr"),
+        lambda: one.table(lang="fr"),
+        lambda: side_by_side(one, lang="fr"),
+        lambda: spec_table(one, lang="fr"),
+    ):
+        with pytest.raises(ValueError, match="one of: en, zh_TW"):
+            ask()
+
+
+def test_a_report_built_by_hand_says_its_reason_in_both():
+    op = OpCoverage("mul", "mul", "mul", "", "", False, "", "my own reason")
+    report = Coverage("Mine", (op,))
+    assert op.reason_in("zh_TW") == op.why == "my own reason"
+    assert report.summary(lang="zh_TW").splitlines() == [
+        "Mine：1 個計算運算中有 0 個是 int8（mul 0/1）",
+        "  浮點數 ×1：my own reason",
+    ]

@@ -1,6 +1,7 @@
-"""The helpers print their lines in the lesson's language: ``describe().verdict`` and
-``Timings.table()``/``header()`` read it from the lesson that calls them (common.cpu's
-``lesson_language``), so a downloaded zh_TW script or notebook prints Chinese with no setting."""
+"""The helpers print their lines in the lesson's language: ``describe().verdict``,
+``Timings.table()``/``header()`` and common.coverage's reports read it from the lesson that calls
+them (common.cpu's ``lesson_language``), so a downloaded zh_TW script or notebook prints Chinese
+with no setting."""
 
 import runpy
 import sys
@@ -150,3 +151,32 @@ def test_a_zh_tw_lesson_gets_its_timings_cpu_line_in_chinese(tmp_path):
     assert measured == replace(describe(), threads=timings.threads), timings.cpu
     assert timings.cpu == measured.verdict_in("zh_TW")
     assert timings.header(lang="en").startswith(measured.verdict_in("en"))
+
+
+def test_a_zh_tw_lesson_gets_its_coverage_report_in_chinese(tmp_path):
+    """``coverage`` keeps each reason in English (asserts compare it); ``why``, ``summary()``
+    and the tables are in the lesson's language."""
+    path = tmp_path / "zh_TW" / "m07_9_coverage.py"
+    path.parent.mkdir()
+    path.write_text(
+        '"""M07-9 覆蓋"""\n'
+        "import torch\n"
+        "from common.coverage import coverage, side_by_side, spec_table\n"
+        "from common.pt2e import export_module, x86_quantizer\n"
+        "gm = export_module(torch.nn.Linear(4, 4), (torch.ones(2, 4),))\n"
+        "R = coverage(gm, x86_quantizer())\n"
+        "SHOWN = [R.ops[0].why, R.summary(), R.table(), side_by_side(R), spec_table(R)]\n",
+        encoding="utf-8",
+    )
+    found = runpy.run_path(str(path), run_name="__main__")
+    why, summary, table, both, specs = found["SHOWN"]
+    report = found["R"]
+    assert report.ops[0].reason == "u8 per-tensor affine × s8 per-channel symmetric"
+    assert why == "u8 per-tensor 仿射 × s8 per-channel 對稱"
+    assert summary == "X86InductorQuantizer：1 個計算運算中有 1 個是 int8（linear 1/1）"
+    assert table.splitlines()[0].split() == ["node", "運算", "模組", "X86InductorQuantizer", "原因"]
+    assert both.splitlines()[1].split() == ["linear", "linear", "（模型）", "int8", "靜態"]
+    assert specs.splitlines()[0].split() == ["quantizer", "活化值", "weight", "int8", "運算"]
+    assert report.summary() == "X86InductorQuantizer: 1 of 1 compute ops int8 (linear 1/1)", (
+        "from this English test the same report is English"
+    )

@@ -136,7 +136,7 @@ block_tokens = (tokens[0][:2],)
 block_quantize_ = torch.export.export(
     with_quantize_(block, Int8DynamicActivationInt8WeightConfig()), block_tokens
 ).module()
-print("quantize_, exported:", ops(block_quantize_))
+print(f"quantize_, exported: {ops(block_quantize_)}")
 highlight = [n.name for n in block_quantize_.graph.nodes if "torchao" in str(n.target)]
 draw(block_quantize_, highlight=highlight, title="quantize_: torchao ops and aten._int_mm")
 assert ops(block_quantize_)["aten._int_mm.default"] == 6, "q, k, v, out, fc1, fc2: six a block"
@@ -144,7 +144,7 @@ assert ops(block_quantize_)["aten._int_mm.default"] == 6, "q, k, v, out, fc1, fc
 # %%
 
 block_pt2e = with_pt2e(block, block_tokens)
-print("PT2E:", ops(block_pt2e))
+print(f"PT2E: {ops(block_pt2e)}")
 highlight = [n.name for n in block_pt2e.graph.nodes if "quantized_decomposed" in str(n.target)]
 draw(block_pt2e, highlight=highlight, title="PT2E: q/dq around float linears")
 assert "aten._int_mm.default" not in ops(block_pt2e), "no int8 op before compiling"

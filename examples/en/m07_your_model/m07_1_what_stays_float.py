@@ -172,7 +172,7 @@ assert xnnpack.counts() == {"conv": (11, 11), "mul": (2, 2), "add": (2, 2), "lin
 # the conv before it (``conv + add``), the conv's output never leaves the int8 kernel;
 # XNNPACK quantizes the add's two inputs and its output, as an op of its own.
 
-print(x86["add_"].reason, "|", xnnpack["add_"].reason)
+print(x86["add_"].why, "|", xnnpack["add_"].why)
 assert x86["add_"].status == "int8 fused" and xnnpack["add_"].status == "int8 static"
 
 # %%
@@ -200,7 +200,7 @@ assert all(arg.target == dequantize for arg in mul.args), "XNNPACK: both inputs 
 # skips a mul whose two inputs differ in shape, and squeeze-excitation multiplies a
 # ``(2, 64, 16, 16)`` activation by a ``(2, 64, 1, 1)`` gate.
 
-print(x86["mul"].reason)
+print(x86["mul"].why)
 source = inspect.getsource(x86_inductor_quantizer.X86InductorQuantizer._annotate_mul_tensor)
 assert "_same_shape(node.args[0], node.args[1])" in source
 assert torch.ops.aten.mul.Tensor in x86_inductor_quantizer.default_quantizable_ops

@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 import common
+from common.charts import pad
 from common.cpu import describe, run_under_isa
 from common.expect import expect_error
 from common.models import example_inputs, get_model
@@ -207,7 +208,7 @@ exec(AGREEMENT, here)
 print(f"this CPU: {describe().verdict}")
 for path, diffs in (("AVX2, no VNNI", avx2["result"]), ("this CPU", here["result"])):
     largest = {k: f"{v:.4f}" for k, v in diffs.items()}
-    print(f"{path:14} largest |lowered - simulated|: {largest}")
+    print(f"{pad(path, 14)} largest |lowered - simulated|: {largest}")
 saturation = "no saturation (VNNI)" if describe().vnni else "saturation possible (no VNNI)"
 print(f"on this CPU: {saturation}")
 assert avx2["result"]["8-bit"] > 10 * avx2["result"]["7-bit (reduce_range)"], "AVX2 saturates"

@@ -309,4 +309,4 @@ assert torch.equal(from_unguarded, eager), "check_guards 只影響檢查，不�
 # ------
 # :ref:`M00-2 · 拆解一個 node <sphx_glr_lessons_m00_graphs_m00_2_node_anatomy.py>`
 # 拆解單一個 node：它的 ``op``、``target``、``args``、``users`` 與 ``meta``。
-# 〈:ref:`FX Graph 與 Node 基礎 <fx-basics>`〉一文則用一頁整理了整個模組的重點。
+# 〈:ref:`FX Graph 與 Node 基礎 <fx-basics>`〉一文則用一頁整理了整個單元的重點。

@@ -205,7 +205,7 @@ pattern = torch.export.export(ConvBatchNormReLU(), pattern_args).graph_module
 draw(pattern, title="pattern 圖")
 
 # %%
-# 直接比對什麼都找不到：matcher 連常數參數也會比較。
+# 直接比對什麼都找不到：matcher 連常數引數也會比較。
 # 模式的 conv 用預設的 padding ``[0, 0]``，模型的 conv 卻是 padding 1。
 # ``ignore_literals=True`` 把常數當成萬用字元；模式的 placeholder 本來就能配上任何東西，
 # 所以 ``weight`` 配到的是模型的 ``get_attr`` node ``conv_weight``。
@@ -403,7 +403,7 @@ assert get_source_partitions(functional.graph, ["conv2d"]), "用字串 'conv2d'�
 # - `torch.fx <https://docs.pytorch.org/docs/stable/fx.html>`_：
 #   三種方法走訪的 ``Graph`` 與 ``Node``。
 # - `torch.export <https://docs.pytorch.org/docs/stable/export.html>`_：
-#   strict 與 non-strict export，以及它們記在 node 上的中繼資料。
+#   strict 與 non-strict 匯出，以及它們記在 node 上的中繼資料。
 # - :ref:`疑難排解：prepare 與 convert
 #   <sphx_glr_lessons_troubleshooting_m99_2_prepare_and_convert.py>`：同樣的錯誤，依錯誤訊息查
 # - :ref:`疑難排解：匯入與匯出

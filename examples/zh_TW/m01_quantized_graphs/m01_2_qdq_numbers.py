@@ -90,7 +90,7 @@ draw(
 # 步驟 2 — per-tensor 的數字是 Python 常數
 # -----------------------------------------
 # ``quantize_per_tensor(input, scale, zero_point, quant_min, quant_max, dtype)``：
-# 輸入 node 後面接的五個參數都是單純的 Python 值，不是 node。活化值用 ``uint8``，
+# 輸入 node 後面接的五個引數都是單純的 Python 值，不是 node。活化值用 ``uint8``，
 # 範圍是整個型別的 0..255。
 
 for q in quantizes:

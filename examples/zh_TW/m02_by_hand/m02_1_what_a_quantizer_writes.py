@@ -58,7 +58,7 @@ handmade.fold_batch_norm(gm)
 code_before = gm.code
 
 # %%
-# 輔助工具：``notes`` 列出圖裡有標註的 node，``summary`` 把一張標註縮成一行，
+# 輔助函式：``notes`` 列出圖裡有標註的 node，``summary`` 把一張標註縮成一行，
 # ``observer_calls`` 列出 prepare 後的圖裡的 observer node；另外兩個以課程 quantizer
 # 為基礎的小 quantizer，一個記下 ``prepare_pt2e`` 呼叫了什麼，一個在 max pool 上關掉隱式共用。
 

@@ -51,7 +51,7 @@ reference = prepare_pt2e(export_module(model, x), CourseQuantizer())
 gm = export_module(model, x)
 
 # %%
-# 輔助工具：``place`` 寫出一個被觀察的地方，``observer_calls`` 列出 prepare 後的圖裡的
+# 輔助函式：``place`` 寫出一個被觀察的地方，``observer_calls`` 列出 prepare 後的圖裡的
 # observer node。
 
 

@@ -59,7 +59,7 @@ nodes = {node.name: node for node in graph.nodes}
 calibrated = copy.deepcopy(gm)
 
 # %%
-# 輔助工具：``call_functions`` 統計圖裡的運算；``TwoBranches`` 是輸入被兩個 conv
+# 輔助函式：``call_functions`` 統計圖裡的運算；``TwoBranches`` 是輸入被兩個 conv
 # 讀取的模型（步驟 4）。
 
 

@@ -64,7 +64,7 @@ qdq = [n.name for n in simulated.graph.nodes if "quantize_per_tensor" in str(n.t
 draw(simulated, highlight=qdq, title="之前：q/dq 圖（用浮點數模擬 int8）")
 
 # %%
-# 兩個輔助工具： ``ops`` 依簡短名稱計算圖裡每種運算的數量； ``Recorder`` 用
+# 兩個輔助函式： ``ops`` 依簡短名稱計算圖裡每種運算的數量； ``Recorder`` 用
 # ``torch.fx.Interpreter`` 一個 node 一個 node 地執行圖，並保留每個 node 的輸出，
 # 讓我們能看進一張會失敗的圖裡面。
 
@@ -130,7 +130,7 @@ assert (linear.args[9], linear.args[10]) == (torch.float32, "none")
 # %%
 # 步驟 3 — int8 weight 存在哪裡
 # -----------------------------
-# weight 參數（ ``args[3]`` ）是一個 ``get_attr`` ，讀的是 lowering 時由
+# weight 引數（ ``args[3]`` ）是一個 ``get_attr`` ，讀的是 lowering 時由
 # ``onednn.qconv_prepack`` ／ ``qlinear_prepack`` 做好一次的常數：和 q/dq 圖的
 # ``_frozen_param`` weight 是同樣的 int8 數字，但經過 **預先打包（prepack）**——重新排列成
 # oneDNN 的分塊記憶體配置（ ``torch._mkldnn`` ），linear 的則轉置存放。 ``to_dense()``

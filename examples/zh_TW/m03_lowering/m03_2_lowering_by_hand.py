@@ -85,7 +85,7 @@ assert not ops(gm)["aten.linear.default"], "linear 被拆解了"
 # 步驟 2 — conv：比對、預先打包、替換
 # ------------------------------------
 # 模式是 ``convolution(dequantize(x_uint8), dequantize_per_channel(w_int8))`` 。int8 運算
-# 直接讀 ``x_uint8`` ，把 dequantize 的 scale 和 zero point 當成參數；weight 經過
+# 直接讀 ``x_uint8`` ，把 dequantize 的 scale 和 zero point 當成引數；weight 經過
 # ``onednn.qconv_prepack`` （目前還是一個 node；步驟 5 才執行它一次）。接著刪掉舊的 node：
 # 先刪 conv，因為它還是 dequantize 的使用者時，dequantize 刪不掉。
 
@@ -250,7 +250,7 @@ with expect_error(NotImplementedError, match="linear + add"):
 #          assert ops(mine) == ops(theirs) and torch.equal(mine(*fresh), theirs(*fresh))
 #
 # 2. 在一份新的副本上跳過步驟 4 （``fuse_post_ops``）。預測：這張圖還是 torchao 的圖嗎？
-#    conv 的 uint8 輸出現在和 torchao 的最多差幾階？
+#    conv 的 uint8 輸出現在和 torchao 的最多差幾格？
 #
 #    .. dropdown:: 解答
 #
@@ -283,10 +283,10 @@ with expect_error(NotImplementedError, match="linear + add"):
 #          ours, theirs = values(unfused)[requantize.name], values(reference)[fused.name]
 #          assert ours.dtype == theirs.dtype == torch.uint8, "兩者都是 conv 的 uint8 輸出"
 #          steps = (ours.int() - theirs.int()).abs().max().item()
-#          print(f"{requantize.name} 與 torchao 的 {fused.name}：最多差 {steps} 階")
+#          print(f"{requantize.name} 與 torchao 的 {fused.name}：最多差 {steps} 格")
 #          # int32 加總相同；原本由 oneDNN 捨入的值，現在改由 quantize_per_tensor 捨入，
-#          # 剛好落在半階上的值可能偏向另一邊。
-#          assert steps <= 1, "只差在捨入：最多 1 階"
+#          # 剛好落在半格上的值可能偏向另一邊。
+#          assert steps <= 1, "只差在捨入：最多 1 格"
 #
 # 延伸閱讀
 # --------

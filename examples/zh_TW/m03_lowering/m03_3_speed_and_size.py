@@ -27,7 +27,7 @@ assert；assert 的是讓 int8 變快的東西：每個計時的模型實際執�
 # %%
 # 準備
 # ----
-# 模型庫裡的 ``conv_net`` ：四層 64～128 通道的 3×3 conv，輸入 28×28 影像，大到 int8 運算
+# 模型庫裡的 ``conv_net`` ：四層 64～128 通道的 3×3 conv，輸入 28×28 影像，大到 int8 kernel
 # 足以發揮作用（16×16 的小模型，時間都花在額外開銷上）。 ``compare_speed`` 讓模型交錯輪流
 # 計時，在核心數不超過兩個的機器上只用一個執行緒，並印出中位數與離散程度、平均負載和 CPU。
 
@@ -330,7 +330,7 @@ print(
 # - q/dq 圖是模擬：不論 eager 或沒有 freezing 的編譯，工作都比浮點數多。比較時要同類相比：
 #   int8 與 fp32 都是 eager、都編譯、都開 freezing。
 # - lowering（eager 的 oneDNN 運算，M03-1）或開了 ``freezing = True`` 的 ``torch.compile``
-#   才會執行真正的 int8 運算；profiler 顯示實際執行了哪些 kernel（inductor 的計數器只記錄
+#   才會執行真正的 int8 kernel；profiler 顯示實際執行了哪些 kernel（inductor 的計數器只記錄
 #   第一次編譯預先打包了什麼）。
 # - 加速幅度取決於 VNNI／AMX（ ``run_under_isa`` 在同一顆 CPU 上顯示較弱的路徑，但不是真正
 #   舊晶片的速度）；小了 4 倍的檔案則不受影響。

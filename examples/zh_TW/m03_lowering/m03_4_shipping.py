@@ -4,7 +4,7 @@ M03-4 部署 int8 模型
 
 留在記憶體裡的量化模型還不是產品。本課用兩種方式部署 int8 的手寫數字 CNN：一是程式檔
 （ ``torch.export.save`` ），載入後的輸出逐位元相同，在執行的地方再編譯；二是 **AOTInductor**
-套件（ ``aoti_compile_and_package`` ），一個 ``.pt2`` 封存檔，裡面是已經連同 int8 運算編譯好的
+套件（ ``aoti_compile_and_package`` ），一個 ``.pt2`` 封存檔，裡面是已經連同 int8 kernel 編譯好的
 機器碼，載入就能執行，不需要 torchao，也不需要編譯器。本課會秤一秤兩者的大小、量測載入時間，
 並決定伺服器該用多少執行緒。
 
@@ -63,7 +63,7 @@ folder = Path(tempfile.mkdtemp())  # 本課寫出檔案的地方
 # ``torch.export.save`` 把一個 ``ExportedProgram``——圖、它的 weight 和一個範例輸入——寫進
 # 一個 zip 檔。先把 convert 後的模型以動態的批次維度重新匯出，存下的程式就能接受任意張數的
 # 影像。``torch.export.load`` 載回的程式，輸出和原模型 **逐位元相同** ：同一張圖、同樣的 int8
-# weight、同樣的浮點運算。（和 M03-3 一樣，新建的 ``GraphModule`` 會丟下 convert 留在
+# weight、同樣的浮點 kernel。（和 M03-3 一樣，新建的 ``GraphModule`` 會丟下 convert 留在
 # submodule 上、沒有用到的浮點數 weight。）
 
 lean, batch = torch.fx.GraphModule(int8_model, int8_model.graph), torch.export.Dim("batch")
@@ -99,7 +99,7 @@ print(f"編譯花了 {compile_seconds:.1f} 秒；執行了 {ran.summary}")
 assert ran.int8["onednn::qconv_pointwise"] == 3 and not ran.float, "三個 conv 都以 int8 執行"
 int8_accuracy = accuracy(compiled)
 print(f"編譯後 int8 的準確度：{int8_accuracy:.1%}；q/dq 模型：{accuracy(loaded.module()):.1%}")
-assert abs(int8_accuracy - accuracy(loaded.module())) <= 0.01, "真正的 int8 運算，同樣的答案"
+assert abs(int8_accuracy - accuracy(loaded.module())) <= 0.01, "真正的 int8 kernel，同樣的答案"
 
 # %%
 # 伺服器每次啟動都要重新編譯一次，而且提供服務的機器上得有 C++ 編譯器。**AOTInductor**
@@ -115,7 +115,7 @@ assert abs(int8_accuracy - accuracy(loaded.module())) <= 0.01, "真正的 int8 �
 # 「機器碼」帶來兩個後果。套件是針對所給程式的輸入形狀編譯的：這裡是一批 500 張影像（練習 2
 # 示範換成別的批次會怎樣）。而且它只適用於一個 PyTorch 版本、一種 CPU 指令集。所以套件要用
 # 產生它的一切當作鍵來保存：圖的程式碼與它的 weight（算什麼、用什麼算）、輸入形狀、PyTorch
-# 版本、CPU 的運算路徑，以及執行緒數（inductor 會把它寫進自己產生的迴圈）。存下的檔案不能當鍵：
+# 版本、CPU 的 kernel 路徑，以及執行緒數（inductor 會把它寫進自己產生的迴圈）。存下的檔案不能當鍵：
 # 每次編譯，它的位元組都不一樣。``common.aoti.compiled_package`` 只在鍵是新的時候才編譯，並用鍵
 # 替檔案命名，所以重新建置這一頁不會重新編譯。
 
@@ -127,7 +127,7 @@ aoti_load_seconds = time.perf_counter() - started
 with torch.no_grad():
     served = runner(images)
 print(f"{package.name}：{package.stat().st_size / 1e3:.0f} kB，載入花了 {aoti_load_seconds:.2f} 秒")
-assert torch.equal(served, compiled_out), "和 torch.compile 同樣的運算，同樣的數字"
+assert torch.equal(served, compiled_out), "和 torch.compile 同樣的 kernel，同樣的數字"
 
 # %%
 # 套件之所以是 int8，是因為它產生的 C++（封存檔裡的 ``wrapper.cpp`` ，就在編譯好的函式庫
@@ -169,7 +169,7 @@ print(timing.header())
 # %%
 # .. note::
 #
-#    手機與微控制器走的是 ExecuTorch 的 ``.pte`` 檔，有它自己的 int8 quantizer 與運算
+#    手機與微控制器走的是 ExecuTorch 的 ``.pte`` 檔，有它自己的 int8 quantizer 與 kernel
 #    （XNNPACK）：見 M06 單元，PT2E 的邊緣裝置這一半，例如
 #    :ref:`M06-3 · 由內而外看 .pte <sphx_glr_lessons_m06_executorch_m06_3_pte_inside_out.py>`。
 #
@@ -187,7 +187,7 @@ print(timing.header())
 # - ``torch.export.save`` ／ ``load`` 讓 convert 後的程式來回一趟仍逐位元相同；載入後開
 #   freezing 編譯。
 # - ``aoti_compile_and_package`` 事先編譯一次，產生一個機器碼套件，只適用於一種輸入形狀、
-#   一個 PyTorch 版本與一種 CPU；int8 運算就在它的 C++ 裡。
+#   一個 PyTorch 版本與一種 CPU；int8 kernel 就在它的 C++ 裡。
 # - 提供服務時每個核心一個行程、每個行程一個執行緒，除非單一請求必須用上所有核心（見下方
 #   PyTorch 關於 CPU 執行緒的說明；本頁量的是單一請求，不是吞吐量）。
 #

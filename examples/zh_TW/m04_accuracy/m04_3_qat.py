@@ -79,7 +79,7 @@ print(describe().verdict)
 # %%
 # 輔助函式：``per_tensor_recipe`` 是配方；``census`` 依種類清點圖裡的 node；``scales`` 讀出
 # 每個 fake quantize 的 scale；``batch_norms`` 找出 BatchNorm node，``running_means`` 讀出它們
-# 的統計值，``freeze_batch_norm`` 把它們的 ``training`` 參數設成 False，讓它們用 running
+# 的統計值，``freeze_batch_norm`` 把它們的 ``training`` 引數設成 False，讓它們用 running
 # 統計值做正規化，也不再更新這些統計值（torchao 的 QAT 教學也這麼做）。
 
 
@@ -122,7 +122,7 @@ def scales(gm):
 
 
 def batch_norms(gm):
-    """圖裡的 BatchNorm node；參數：input、weight、bias、mean、var、training……"""
+    """圖裡的 BatchNorm node；引數：input、weight、bias、mean、var、training……"""
     return [n for n in gm.graph.nodes if n.target is torch.ops.aten.batch_norm.default]
 
 
@@ -232,9 +232,9 @@ assert 0 < inside.sum() < len(probe), "兩種情況都出現"
 # 步驟 3 — 照 QAT 的排程訓練
 # ----------------------------------
 # 匯出的模型不懂 ``train()`` 與 ``eval()``：圖裡的 BatchNorm 或 dropout 是一個運算，
-# 訓練與否只是它的一個參數；``prepare_qat_pt2e`` 回傳的圖兩個呼叫都拒絕。
+# 訓練與否只是它的一個引數；``prepare_qat_pt2e`` 回傳的圖兩個呼叫都拒絕。
 # ``move_exported_model_to_train`` 與 ``move_exported_model_to_eval`` 改為直接改寫圖裡的
-# 這些參數。先訓練兩個 epoch，所有東西都在更新：weight、fake quantize 裡的 observer、
+# 這些引數。先訓練兩個 epoch，所有東西都在更新：weight、fake quantize 裡的 observer、
 # BatchNorm 的統計值。
 
 with expect_error(NotImplementedError, match="move_exported_model_to_train"):

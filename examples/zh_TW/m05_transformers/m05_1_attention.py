@@ -62,7 +62,7 @@ x = (images[:8],)
 aten, qd = torch.ops.aten, torch.ops.quantized_decomposed
 
 # %%
-# 輔助工具： ``quantized`` 對模型跑一次 PT2E 流程（用 200 張校準影像校準）；
+# 輔助函式： ``quantized`` 對模型跑一次 PT2E 流程（用 200 張校準影像校準）；
 # ``linears`` 列出圖裡每個 linear node、它來自哪個模組（ ``meta["nn_module_stack"]``
 # 最內層的那一項），以及它的 weight 是不是 int8； ``quantized_block`` 在隨機 token 上單獨
 # 量化一個 encoder block，供畫圖使用，圖中由 ``in_attention`` 挑出屬於 attention 的 node。

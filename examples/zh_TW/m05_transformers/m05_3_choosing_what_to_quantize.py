@@ -401,7 +401,7 @@ if "AVX2" in weaker_paths():
         other = run_under_isa("AVX2", f"SAVED = {saved!r}\n{AVX2_STEP}", key=AVX2_STEP + key)
     found = other["result"]
     paths[other["cpu"]["onednn"]] = {LABELS[k]: Timing(**v) for k, v in found["times"].items()}
-    print(f"AVX2 子行程：{other['cpu']['onednn']}，負載平均 {found['load']:.2f}")
+    print(f"AVX2 子行程：{other['cpu']['onednn']}，平均負載 {found['load']:.2f}")
 
 labels = [LABELS[k] for k in programs]
 print(pad("int8 路徑", 18) + "".join(pad(label, 22, align=">") for label in labels))
@@ -463,7 +463,7 @@ for path, times in paths.items():
 # 練習
 # ----
 # 1. 用 ``set_module_name_qconfig`` 把埋了離群值的模型的整個 ``blocks.0`` 留在浮點數（名稱
-#    也涵蓋它底下的每個子模組）。預測還有幾層拿到 int8 weight；再預測多留在浮點數的五層，在
+#    也涵蓋它底下的每個 submodule）。預測還有幾層拿到 int8 weight；再預測多留在浮點數的五層，在
 #    步驟 3 只退回 ``blocks.0.fc1`` 的結果之上還能多找回多少 dB：比 ``fc1`` 單獨找回的多，
 #    還是少？
 #

@@ -6,7 +6,7 @@ torchao 有兩種量化方式。 ``quantize_(model, config)`` 作用在 eager �
 weight 換成張量子類別，裡面帶著 int8 數值與它們的 scale，每次呼叫時由這個子類別決定執行哪個
 kernel——這是 torchao 自己的指南優先介紹的 API，為 LLM 而設計。PT2E 是本課程的做法：在匯出的圖上
 加入 quantize 與 dequantize node，再由後端（inductor、ExecuTorch）下放。本課在同一個 encoder 上
-比較三種 int8 配方—— ``quantize_`` 的 int8 動態活化值加 int8 weight、 ``quantize_`` 的只量化
+比較三種 int8 配方——``quantize_`` 的 int8 動態活化值加 int8 weight、 ``quantize_`` 的只量化
 int8 weight，以及 PT2E 動態量化（ ``X86InductorQuantizer`` 搭配 ``is_dynamic=True`` ）——量測每個
 模型變成什麼、它的誤差、編譯後執行的 kernel，以及速度。最後用一張表整理：什麼情況選哪一個。
 
@@ -28,7 +28,7 @@ int8 weight，以及 PT2E 動態量化（ ``X86InductorQuantizer`` 搭配 ``is_d
 # 準備
 # ----
 # 使用 M05-3 計時用的 encoder（四個 pre-norm 區塊，d_model 256，MLP 1024，隨機 weight），輸入是
-# 4 × 64 個 token 的批次。 ``with_quantize_`` 用 torchao 的 config 量化模組的複本；
+# 4 × 64 個 token 的批次。 ``with_quantize_`` 用 torchao 的 config 量化模組的副本；
 # ``with_pt2e`` 匯出模組，用 x86 quantizer 的動態設定 prepare，執行一次（為了 weight 的
 # observer，見 M05-2）再 convert。 ``ops`` 計算圖裡量化運算與矩陣乘法運算的數量。
 
@@ -122,7 +122,7 @@ assert isinstance(models["pt2e"], torch.fx.GraphModule), "一張新的圖"
 # 步驟 2 — 實際執行的圖
 # ---------------------
 # 匯出 ``quantize_`` 的模型，子類別就展開成運算：每個 linear 的輸入先經過 torchao 自己的
-# ``choose_qparams_affine`` 與 ``quantize_affine`` （一次一列），再進入 ``aten._int_mm`` ——真正的
+# ``choose_qparams_affine`` 與 ``quantize_affine`` （一次一列），再進入 ``aten._int_mm``——真正的
 # int8 × int8 → int32 矩陣乘法，已經在圖裡。PT2E 的圖仍然是模擬：每個浮點數 ``linear`` 夾在
 # q/dq node 之間，要等 inductor 編譯時才變成 int8 kernel（M03）。下面兩張圖是各配方量化後的
 # 第一個區塊，量化運算以標示呈現。
@@ -132,7 +132,7 @@ block_tokens = (tokens[0][:2],)
 block_quantize_ = torch.export.export(
     with_quantize_(block, Int8DynamicActivationInt8WeightConfig()), block_tokens
 ).module()
-print("quantize_，匯出後：", ops(block_quantize_))
+print(f"quantize_，匯出後：{ops(block_quantize_)}")
 highlight = [n.name for n in block_quantize_.graph.nodes if "torchao" in str(n.target)]
 draw(block_quantize_, highlight=highlight, title="quantize_：torchao 的運算與 aten._int_mm")
 assert ops(block_quantize_)["aten._int_mm.default"] == 6, "q、k、v、out、fc1、fc2：每個區塊六個"
@@ -140,7 +140,7 @@ assert ops(block_quantize_)["aten._int_mm.default"] == 6, "q、k、v、out、fc1
 # %%
 
 block_pt2e = with_pt2e(block, block_tokens)
-print("PT2E：", ops(block_pt2e))
+print(f"PT2E：{ops(block_pt2e)}")
 highlight = [n.name for n in block_pt2e.graph.nodes if "quantized_decomposed" in str(n.target)]
 draw(block_pt2e, highlight=highlight, title="PT2E：浮點數 linear 前後的 q/dq")
 assert "aten._int_mm.default" not in ops(block_pt2e), "編譯前沒有 int8 運算"
@@ -218,7 +218,7 @@ assert (x86.weight.dtype, x86.input_activation.dtype) == (torch.int8, torch.uint
 # 只執行 int8 kernel，分成兩種：ATen 的 ``aten::_int_mm`` ，以及 torchao 的 inductor pass 改寫過
 # 的地方所用的 oneDNN int8 linear（ ``kernels_run`` 把兩種都算成 int8； ``matmuls`` 依名稱
 # 列出每個矩陣乘法）。只量化 weight 的模型經過 freezing 之後只執行浮點數 kernel：freezing 把常數
-# weight 的 dequantize 摺疊掉了，剩下的是一個 weight 經過捨入的浮點數模型。
+# weight 的 dequantize 折疊掉了，剩下的是一個 weight 經過捨入的浮點數模型。
 
 
 def matmuls(model) -> dict:
@@ -312,7 +312,7 @@ print(timings.table())
 #
 # 延伸閱讀
 # --------
-# - `torchao 量化概觀
+# - `torchao 量化總覽
 #   <https://docs.pytorch.org/ao/stable/quantization_overview.html>`_ （ ``quantize_`` 與它的
 #   張量子類別）
 # - `透過 Inductor 使用 x86 後端的 PT2E 量化（torchao）

@@ -168,7 +168,7 @@ assert xnnpack.counts() == {"conv": (11, 11), "mul": (2, 2), "add": (2, 2), "lin
 # （ ``conv + add`` ），conv 的輸出從不離開 int8 kernel；XNNPACK 則把 add 當成獨立的運算，
 # 量化它的兩個輸入與輸出。
 
-print(x86["add_"].reason, "|", xnnpack["add_"].reason)
+print(x86["add_"].why, "|", xnnpack["add_"].why)
 assert x86["add_"].status == "int8 fused" and xnnpack["add_"].status == "int8 static"
 
 # %%
@@ -196,7 +196,7 @@ assert all(arg.target == dequantize for arg in mul.args), "XNNPACK：兩個輸�
 # 會跳過兩個輸入形狀不同的 mul，而 squeeze-excitation 是把 ``(2, 64, 16, 16)`` 的活化值乘上
 # ``(2, 64, 1, 1)`` 的 gate。
 
-print(x86["mul"].reason)
+print(x86["mul"].why)
 source = inspect.getsource(x86_inductor_quantizer.X86InductorQuantizer._annotate_mul_tensor)
 assert "_same_shape(node.args[0], node.args[1])" in source
 assert torch.ops.aten.mul.Tensor in x86_inductor_quantizer.default_quantizable_ops

@@ -6,14 +6,15 @@ PT2E quantizer 只負責寫 annotation；annotation 寫了什麼、結果能在�
 後端寫的。一個小 CNN 依序交給這台機器上匯入得了的每個 quantizer：torchao 的
 ``X86InductorQuantizer`` 與 ``ArmInductorQuantizer`` ，ExecuTorch 的 ``XNNPACKQuantizer`` 與
 ``OpenVINOQuantizer`` （NNCF）。它們對哪些運算變成 int8 意見一致，其他都不同：活化值用
-uint8 還是 int8、仿射還是對稱、weight 逐通道還是逐張量、殘差 add 併入 conv 還是自成一個運算。
+uint8 還是 int8、仿射還是對稱、weight 是 per-channel 還是 per-tensor、殘差 add 併入 conv
+還是自成一個運算。
 課程手寫的 ``prepare`` ／ ``convert`` 在四者之下都得到和 torchao 完全相同的數值；其中三個
 接著在這裡執行 int8 kernel，而 ``use_reference_representation=True`` 把 int8 的 q/dq 運算改寫成
 任何後端都讀得懂的整數算術。
 
 **你會學到**
 
-- 怎麼讀出 quantizer 標註了什麼：運算、dtype、對稱或仿射、逐通道
+- 怎麼讀出 quantizer 標註了什麼：運算、dtype、對稱或仿射、per-channel
 - 哪些 quantizer 在這台機器上執行 int8、哪些只能標註、哪些根本無法匯入
 - ``convert_pt2e(..., use_reference_representation=True)`` 改寫什麼、留下什麼
 
@@ -188,7 +189,7 @@ assert status == {
 # ----------------------
 # ``spec_table`` 為每個 quantizer 列出它給活化值與 weight 的 spec。x86 執行的 oneDNN kernel
 # 吃 uint8 活化值；XNNPACK 與 Arm 吃 int8；OpenVINO 的預設模式（ ``INT8_SYM`` ）連活化值也是
-# 對稱量化。只有 Arm 逐張量量化 weight。
+# 對稱量化。只有 Arm 的 weight 是 per-tensor。
 
 print(spec_table(*reports.values()))
 schemes = {name: (r.schemes("activation"), r.schemes("weight")) for name, r in reports.items()}
@@ -217,7 +218,7 @@ assert zero_points["openvino"] == [127] and 0 in zero_points["x86"]
 # 步驟 4 — observer 放在哪裡
 # --------------------------
 # 各 quantizer 量化哪些輸出也不同。OpenVINO（NNCF）量化的是要變成 int8 的運算「前面」那些
-# 運算的輸出，x86 量化的是它 pattern 的輸入。下圖是 OpenVINO convert 後的圖，標示的是
+# 運算的輸出，x86 量化的是自己模式的輸入。下圖是 OpenVINO convert 後的圖，標示的是
 # OpenVINO 量化、x86 沒有量化其輸出的 node。 ``conv2d_2`` 就在其中：在 x86 之下，它的輸出
 # 直接流進併在一起的 add。
 
@@ -251,7 +252,7 @@ for name, make in quantizers.items():
 # ----------------------------
 # q/dq 圖在哪裡都能執行，但它用浮點數計算。要執行 int8 kernel，得有後端接手這張圖。
 # **x86**：torchao 的 lowering（M03）把 x86 的圖變成 oneDNN 的 int8 運算。在 Arm 的圖
-# （int8 活化值）裡，它找不到任何自己的 pattern：Arm 的做法是為 Arm CPU 上的 Inductor
+# （int8 活化值）裡，它找不到任何自己的模式：Arm 的做法是為 Arm CPU 上的 Inductor
 # 設計的，而這台機器是：
 
 print(platform.machine())
@@ -317,11 +318,11 @@ print(f"OpenVINO vs q/dq：{(on_openvino - unfolded(*images)).abs().max():.2e}")
 # %%
 # 步驟 7 — reference representation
 # ---------------------------------
-# ``convert_pt2e(..., use_reference_representation=True)`` 把它認得的 pattern 改寫成以一般
+# ``convert_pt2e(..., use_reference_representation=True)`` 把它認得的模式改寫成以一般
 # ``aten`` 運算表示的整數算術，給讀整數運算而不讀 q/dq 的後端使用。在 XNNPACK 的圖上，每個
 # int8 的 ``quantize`` ／ ``dequantize`` 都展開成它實際做的算術（ ``div`` 、 ``round`` 、
 # ``clamp`` 、 ``to`` ），add + ReLU 變成 int32 算術（ ``out_dtype`` node）；conv 與 linear
-# 的 weight 是逐通道的，不符合它的任何 pattern，仍然以浮點數在 dequantize 後的值上計算。
+# 的 weight 是 per-channel，不符合它的任何模式，仍然以浮點數在 dequantize 後的值上計算。
 
 
 def op_name(node) -> str:
@@ -347,10 +348,10 @@ print(f"reference vs q/dq：{(reference(*images) - converted['xnnpack'](*images)
 # =====================  ==================  ==================  ==========================
 # quantizer              活化值              weight              在這台機器上的 int8
 # =====================  ==================  ==================  ==========================
-# X86InductorQuantizer   u8 仿射             s8 逐通道           oneDNN，lowering 之後
-# XNNPACKQuantizer       s8 仿射             s8 逐通道           ExecuTorch + XNNPACK
-# ArmInductorQuantizer   s8 仿射             s8 逐張量           沒有：只有 q/dq 模擬
-# OpenVINOQuantizer      u8 對稱             s8 逐通道           OpenVINO 執行環境，CPU
+# X86InductorQuantizer   u8 仿射             s8 per-channel      oneDNN，lowering 之後
+# XNNPACKQuantizer       s8 仿射             s8 per-channel      ExecuTorch + XNNPACK
+# ArmInductorQuantizer   s8 仿射             s8 per-tensor       沒有：只有 q/dq 模擬
+# OpenVINOQuantizer      u8 對稱             s8 per-channel      OpenVINO 執行環境，CPU
 # Arm TOSA、Cortex-M     —                   —                   無法匯入
 # =====================  ==================  ==================  ==========================
 #
@@ -385,7 +386,7 @@ print(f"reference vs q/dq：{(reference(*images) - converted['xnnpack'](*images)
 #          assert mixed.schemes("activation") == ["u8 per-tensor affine"], "活化值改為仿射量化"
 #          assert mixed.schemes("weight") == ["s8 per-channel symmetric"]
 #
-# 3. 讓 XNNPACK 逐張量量化 weight（ ``xnnpack_quantizer(per_channel=False)`` ）。預測
+# 3. 讓 XNNPACK 以 per-tensor 量化 weight（ ``xnnpack_quantizer(per_channel=False)`` ）。預測
 #    weight 的 spec，以及手寫的 pass 是否仍和 torchao 相同。
 #
 #    .. dropdown:: 解答

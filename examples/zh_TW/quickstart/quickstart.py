@@ -40,7 +40,7 @@ from common.pt2e import quiet, x86_quantizer
 from common.timing import race
 from common.viz import draw
 
-quiet()  # 這套工具已知的匯入雜訊（torchao 只給 CUDA 用的運算、棄用警告）
+quiet()  # 這套工具已知的匯入雜訊（torchao 只給 CUDA 用的 kernel、棄用警告）
 # inductor 的 int8 lowering 複製 zero point 張量的方式，會觸發 torch 自己的警告。
 warnings.filterwarnings("ignore", message="To copy construct from a tensor", category=UserWarning)
 
@@ -101,7 +101,7 @@ assert not raced.kernels["fp32"].int8, "浮點模型沒有執行任何 int8 kern
 # -------------
 # 這些數字屬於執行這一頁的 CPU，表格的開頭寫著它的說明。有 **VNNI** （或 AMX）時，oneDNN 做
 # int8 乘法比浮點數快好幾倍，這麼寬的模型用 int8 大約快 2～3 倍（上限是 4 倍：M03-3 說明其餘的
-# 差距到哪裡去了）；沒有 VNNI 的話，領先的幅度有限。spread 一欄是中間 80 % 輪次的分布寬度：
+# 差距到哪裡去了）；沒有 VNNI 的話，領先的幅度有限。spread 一欄是中間 80% 輪次的分布寬度：
 # 兩個中位數的差距若落在它之內，就是平手，不能排名次。
 
 speedup, spreads = raced.ratio("fp32", "int8"), [raced[k].spread for k in ("fp32", "int8")]

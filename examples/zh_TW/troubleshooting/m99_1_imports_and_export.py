@@ -221,7 +221,7 @@ assert quantize_nodes(fixed_conv) > 0, "strict export：函式形式的 conv 被
 # RuntimeError: We ran into an error when deserializing the saved file.
 # ---------------------------------------------------------------------
 # 一個 convert 後的模型匯出、用 ``torch.export.save`` 存成程式檔，再到另一個行程裡用
-# ``torch.export.load`` 載入——例如伺服器，或重新啟動的 notebook——而這個行程匯入了 torch，
+# ``torch.export.load`` 載入——例如伺服器，或重新啟動的筆記本——而這個行程匯入了 torch，
 # 卻沒有匯入 torchao（這行訊息接著說「Please check the warnings above for possible
 # errors.」）。這個問題在 torch 2.3 上回報時是 ``TypeError: import_nn_module_stack() takes 3
 # positional arguments but 4 were given``

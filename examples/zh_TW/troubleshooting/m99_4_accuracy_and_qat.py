@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 import common
+from common.charts import pad
 from common.cpu import describe, run_under_isa
 from common.expect import expect_error
 from common.models import example_inputs, get_model
@@ -204,7 +205,7 @@ exec(AGREEMENT, here)
 print(f"這顆 CPU：{describe().verdict}")
 for path, diffs in (("AVX2，無 VNNI", avx2["result"]), ("這顆 CPU", here["result"])):
     largest = {k: f"{v:.4f}" for k, v in diffs.items()}
-    print(f"{path:14} 最大 |lowering 後 - 模擬|：{largest}")
+    print(f"{pad(path, 14)} 最大 |lowering 後 - 模擬|：{largest}")
 saturation = "不會飽和（有 VNNI）" if describe().vnni else "可能飽和（沒有 VNNI）"
 print(f"這顆 CPU：{saturation}")
 assert avx2["result"]["8 位元"] > 10 * avx2["result"]["7 位元（reduce_range）"], "AVX2 會飽和"

@@ -127,7 +127,7 @@ assert missing == in_graph, "正是圖中的 quantize 與 dequantize 運算，�
 # **修正**：用 ``XnnpackPartitioner`` 做 lowering：q/dq node 會進入 XNNPACK delegate，由它以
 # int8 張量執行，不會輸出任何 q/dq kernel（ :ref:`M06-2 · 下放到 ExecuTorch
 # <sphx_glr_lessons_m06_executorch_m06_2_lowering_to_executorch.py>` ）。若要改在 portable
-# kernel 上執行 q/dq 圖（逐個運算照 q/dq 模型的算法計算），
+# kernel 上執行 q/dq 圖（逐個運算照 q/dq 模型的做法計算），
 # ``import executorch.kernels.quantized`` 會註冊這些 out 變體。
 
 delegate = lowered(qdq, x)
@@ -287,7 +287,7 @@ assert torch.equal(out, run(delegate.buffer, x)), "方法正常執行"
 # 在 executorch 1.0.0 與 1.3.1 上回報（executorch#20517）：量化後的 conv 使用
 # ``padding='same'`` 與偶數大小的 kernel，後面接一個 ReLU，lowering 成功，程式執行時卻失敗。
 # 在 executorch 1.5.1 上已不再重現：回報的模型能執行，整個是一個 delegate，和 q/dq 模型相差
-# 不超過一個量化步階。
+# 不超過一格。
 
 
 class Same(nn.Module):
@@ -307,7 +307,7 @@ with warnings.catch_warnings():
     same_program = lowered(same, samples)
 step = [n for n in same.graph.nodes if n.target == qd.quantize_per_tensor.default][-1].args[1]
 steps = ((run(same_program.buffer, samples) - same(*samples)).abs() / step).round().max().item()
-print(f"delegate：{list(delegated(same_program.exported_program()))}；相差 {steps:.0f} 個步階")
+print(f"delegate：{list(delegated(same_program.exported_program()))}；相差 {steps:.0f} 格")
 assert len(delegated(same_program.exported_program())) == 1 and steps <= 1, "它能執行"
 
 # %%
@@ -399,7 +399,7 @@ assert len(linears) == 6 and all(int8), "每一步兩個 linear，weight 都是 
 
 
 def weight_qparams(gm) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """convert 後的圖中每個 per-channel weight 的（int8 weight, scale）。"""
+    """convert 後的圖中每個 per-channel weight 的（int8 weight，scale）。"""
     found = gm.graph.find_nodes(op="call_function", target=qd.dequantize_per_channel.default)
     return [(getattr(gm, n.args[0].target), getattr(gm, n.args[1].target)) for n in found]
 

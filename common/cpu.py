@@ -1,14 +1,17 @@
 """What this CPU gives int8 kernels (ISA, VNNI, AMX, bf16), and running a step under another ISA."""
 
 import ast
+import contextlib
 import hashlib
 import inspect
+import io
 import json
 import linecache
 import os
 import re
 import subprocess
 import sys
+import tokenize
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -321,10 +324,10 @@ def run_under_isa(isa: str, source: str, *, timeout: float = 900, key: str | Non
         isa: ``"native"`` or one of ``ISA_PATHS``.
         source: Python statements that set ``result``.
         timeout: seconds before the subprocess is stopped.
-        key: what ``source`` computes, when its text does not say it all (it names
-            temporary files, say); by default the text itself. While the site is built, the
-            step runs once per key and the other language's build reuses its answer
-            (``common.timing.measured_once``).
+        key: what ``source`` computes, when its text does not say it all; by default the
+            text without its comments, each file it names standing for its contents. While
+            the site is built, the step runs once per key and the other language's build
+            reuses its answer (``common.timing.measured_once``).
 
     Returns:
         dict: ``{"result": <result>, "cpu": CpuInfo.as_dict() of the subprocess}``.
@@ -337,9 +340,32 @@ def run_under_isa(isa: str, source: str, *, timeout: float = 900, key: str | Non
     from common.timing import measured_once  # imported here: common.timing imports this module
 
     cpu = describe()
-    stamp = [isa, key or source, torch.__version__, cpu.name, cpu.kernel_path]
+    stamp = [isa, key or _what_source_computes(source), torch.__version__, cpu.name]
+    stamp.append(cpu.kernel_path)
     digest = hashlib.sha256(json.dumps(stamp).encode()).hexdigest()[:20]
     return measured_once.reuse(f"isa-{digest}", lambda: _run_under_isa(isa, source, timeout))
+
+
+def _what_source_computes(source: str) -> str:
+    """``source`` as a key: its tokens without comments (the twins of a lesson comment their
+    steps in their own language), each string naming an existing file replaced by a digest of
+    the file (a lesson passes weights through a temporary file, named anew at each run).
+
+    >>> _what_source_computes("x = 1  # one") == _what_source_computes("x = 1  # 一")
+    True
+    """
+    kept = []
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type in (tokenize.COMMENT, tokenize.NL, tokenize.INDENT, tokenize.DEDENT):
+            continue
+        text = token.string
+        if token.type == tokenize.STRING:
+            with contextlib.suppress(ValueError, SyntaxError, TypeError, OSError):
+                named = Path(ast.literal_eval(text))
+                if named.is_file():
+                    text = hashlib.sha256(named.read_bytes()).hexdigest()
+        kept.append(text)
+    return " ".join(kept)
 
 
 def _run_under_isa(isa: str, source: str, timeout: float) -> dict:

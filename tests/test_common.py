@@ -730,3 +730,22 @@ def test_kernel_calls_counts_the_generated_cpp_calls(tmp_path):
         "qlinear_pointwise_binary": 1,
         "scaled_dot_product_flash_attention_for_cpu": 1,
     }
+
+
+def test_a_step_naming_a_temporary_file_is_keyed_by_the_files_contents(tmp_path):
+    """run_under_isa's default key: two runs of a lesson save the same weights under new
+    temporary names (M04-2), and the other language's build must find the first one's answer;
+    other weights are another step."""
+    from common.cpu import _what_source_computes
+
+    first, second, other = (tmp_path / name for name in ("a.pt", "b.pt", "c.pt"))
+    first.write_bytes(b"weights")
+    second.write_bytes(b"weights")
+    other.write_bytes(b"other weights")
+    step = "model.load_state_dict(torch.load({!r}))  # {}"
+    assert _what_source_computes(step.format(str(first), "en")) == _what_source_computes(
+        step.format(str(second), "中文")
+    )
+    assert _what_source_computes(step.format(str(first), "")) != _what_source_computes(
+        step.format(str(other), "")
+    )

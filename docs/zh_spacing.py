@@ -34,7 +34,8 @@ from common.charts import CJK_CHARACTERS
 __all__ = ["CJK", "FULL_WIDTH_PUNCTUATION", "ZhSpacing", "setup", "tidy"]
 
 #: Full-width punctuation: CJK symbols and punctuation (、。「」…) and half/full-width forms
-#: (，：；！？（）／…). The em dash (—) is not in it: the course writes it between spaces.
+#: (，：；！？（）／…). The em dash (—) is not in it: the sources write 「——」 against its
+#: neighbours, and a list may use it as a separator between spaces (the M00 README).
 FULL_WIDTH_PUNCTUATION = "\u3000-\u303f\uff00-\uffef"
 #: Characters written without spaces between them: Han, kana and full-width punctuation.
 CJK = CJK_CHARACTERS + FULL_WIDTH_PUNCTUATION

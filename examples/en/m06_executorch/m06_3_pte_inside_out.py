@@ -231,10 +231,9 @@ assert len(segments[program.constant_segment.segment_index]) == 0, "no portable 
 # -----------------------------------------
 # ``Runtime.get().load_program(...)`` parses the file; ``load_method`` lets XNNPACK compile
 # its payloads; ``execute`` runs the chain. Keep the ``Program`` in a variable for as long as
-# its methods run: a ``Method`` does not keep it alive, and one whose ``Program`` is gone
-# (``Runtime.get().load_program(data).load_method("forward")`` in one line) crashes the process
-# when it runs. (The runtime logs what it reads about the CPU to stderr on first use;
-# ``redirect_stderr`` keeps that off the page.)
+# its methods run: a ``Method`` does not keep it alive, and a method loaded from a ``Program``
+# that no variable holds crashes the process when it runs. (The runtime logs what it reads
+# about the CPU to stderr on first use; ``redirect_stderr`` keeps that off the page.)
 
 with contextlib.redirect_stderr(io.StringIO()):
     program = Runtime.get().load_program(pte_bytes)

@@ -146,11 +146,18 @@ assert ran.int8 and not ran.float, "int8 kernels only"
 # input shape (or after ``torch._dynamo.reset()``) recompiled outside that block.
 
 inductor_config.freezing = False
+with inductor_config.patch(freezing=True):
+    assert inductor_config.freezing
+assert not inductor_config.freezing, "config.patch restores the setting when its block ends"
+
+# What such a block around the first call amounts to, written out: freezing on for the first
+# compile, back to the default at the recompile.
 counters.clear()
-# The trap, not to copy: freezing holds only inside the block.
-with inductor_config.patch(freezing=True), torch.no_grad():
+inductor_config.freezing = True
+with torch.no_grad():
     patched = torch.compile(copy.deepcopy(narrow))
     patched(images)
+inductor_config.freezing = False
 packed = counters["inductor"]["qconv_weight_prepack_matcher_count"]
 with torch.no_grad():
     patched(images[:100])  # another batch size: dynamo recompiles, now without freezing

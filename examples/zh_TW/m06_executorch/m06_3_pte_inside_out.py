@@ -230,8 +230,7 @@ assert len(segments[program.constant_segment.segment_index]) == 0, "沒有 porta
 # -------------------------------------
 # ``Runtime.get().load_program(...)`` 解析檔案； ``load_method`` 讓 XNNPACK 編譯它的酬載；
 # ``execute`` 執行指令鏈。方法還在執行時，要把 ``Program`` 留在變數裡： ``Method`` 不會讓它
-# 存活，而 ``Program`` 已經消失的 ``Method`` （一行寫成
-# ``Runtime.get().load_program(data).load_method("forward")`` ）一執行就讓整個行程當掉。
+# 存活；從沒有變數保存的 ``Program`` 載入的方法，一執行就讓整個行程當掉。
 # （執行環境第一次使用時，會把它讀到的 CPU 資訊記錄到 stderr； ``redirect_stderr`` 讓這些
 # 訊息不出現在頁面上。）
 

@@ -142,11 +142,18 @@ assert ran.int8 and not ran.float, "只有 int8 kernel"
 # ``torch._dynamo.reset()`` 之後）在區塊外重新編譯。
 
 inductor_config.freezing = False
+with inductor_config.patch(freezing=True):
+    assert inductor_config.freezing
+assert not inductor_config.freezing, "區塊結束時 config.patch 把設定還原"
+
+# 這樣的區塊包住第一次呼叫，等於下面這樣寫：第一次編譯時開啟 freezing，
+# 重新編譯時已回到預設值。
 counters.clear()
-# 這是陷阱，不要照抄：freezing 只在這個區塊裡有效。
-with inductor_config.patch(freezing=True), torch.no_grad():
+inductor_config.freezing = True
+with torch.no_grad():
     patched = torch.compile(copy.deepcopy(narrow))
     patched(images)
+inductor_config.freezing = False
 packed = counters["inductor"]["qconv_weight_prepack_matcher_count"]
 with torch.no_grad():
     patched(images[:100])  # 另一個批次大小：dynamo 重新編譯，這次沒有 freezing

@@ -15,6 +15,7 @@ from languages import build_site  # noqa: E402
 
 BUILD = ROOT / "build" / "html"
 PYTHON = "3.11"
+STAMP = ".pt2e-course-installed"  # in a session's virtualenv: what install() installed
 
 nox.options.sessions = ["docs", "tests", "lint"]
 nox.options.reuse_venv = "yes"  # torch is large; a second run must not reinstall it
@@ -26,17 +27,13 @@ def install(session: nox.Session, extras: str) -> None:
         return
     # torch is pinned exactly in pyproject.toml; pip (not uv) finds the local CPU wheel.
     session.install("-e", f".[{extras}]")
-    _stamp(Path(session.virtualenv.location)).write_text(_wanted(extras))
+    (Path(session.virtualenv.location) / STAMP).write_text(_wanted(extras))
 
 
 def installed(venv: Path, extras: str) -> bool:
     """Whether install(session, extras) has installed this pyproject.toml into ``venv``."""
-    stamp = _stamp(venv)
+    stamp = venv / STAMP
     return stamp.exists() and stamp.read_text() == _wanted(extras)
-
-
-def _stamp(venv: Path) -> Path:
-    return venv / ".pt2e-course-installed"
 
 
 def _wanted(extras: str) -> str:

@@ -164,46 +164,36 @@ def example_pages() -> dict[Path, float]:
     return pages
 
 
-def measure_edit_rebuild(nox: list[str]) -> tuple[float, int]:
-    """Touch the content of one lesson's twins; return the rebuild time and pages re-executed."""
+@contextlib.contextmanager
+def _edited_twins(nox: str):
+    """EDITED_LESSON's twins with a line added, as a contributor's edit; then the committed
+    lessons again, built, so the cache matches them."""
     twins = [ROOT / "examples" / lang / EDITED_LESSON for lang in LANGUAGES]
     originals = {path: path.read_bytes() for path in twins}
-    before = example_pages()
     try:
         for path in twins:
             path.write_bytes(originals[path] + b"\n# benchmark edit\n")
-        elapsed = timed(nox)
-        after = example_pages()
+        yield
     finally:
         for path, content in originals.items():
             path.write_bytes(content)
-    timed(nox)  # back to the committed lessons, so the cache matches them again
+    timed([nox, "-s", "docs"])
+
+
+def measure_edit_rebuild(nox: str) -> tuple[float, int]:
+    """Edit one lesson's twins, then ``nox -s docs``: its time and the pages re-executed."""
+    before = example_pages()
+    with _edited_twins(nox):
+        elapsed = timed([nox, "-s", "docs"])
+        after = example_pages()
     rewritten = sum(1 for path, mtime in after.items() if before.get(path) != mtime)
     return elapsed, rewritten
 
 
-def lesson_run_time(relative: Path) -> float:
-    """Seconds to run one lesson (the English twin) as a plain script, as a reader runs it."""
-    started = time.perf_counter()
-    script = ROOT / "examples" / "en" / relative
-    if subprocess.run([sys.executable, str(script)], cwd=ROOT / "build").returncode:
-        sys.exit(f"{script} failed as a script")
-    return time.perf_counter() - started
-
-
 def measure_edit_tests(nox: str) -> float:
     """A contributor's loop: edit one lesson's twins, then ``nox -s tests -- -k <lesson>``."""
-    twins = [ROOT / "examples" / lang / EDITED_LESSON for lang in LANGUAGES]
-    originals = {path: path.read_bytes() for path in twins}
-    try:
-        for path in twins:
-            path.write_bytes(originals[path] + b"\n# benchmark edit\n")
-        elapsed = timed([nox, "-s", "tests", "--", "-k", EDITED_LESSON.stem])
-    finally:
-        for path, content in originals.items():
-            path.write_bytes(content)
-    timed([nox, "-s", "docs"])  # back to the committed lessons, so the cache matches them again
-    return elapsed
+    with _edited_twins(nox):
+        return timed([nox, "-s", "tests", "--", "-k", EDITED_LESSON.stem])
 
 
 def median_svg(repeat: int, render) -> tuple[float, int]:
@@ -308,8 +298,9 @@ def write_m03_section(lines: list[str]) -> None:
     RESULTS.write_text(text + "\n\n" + "\n".join(lines) + "\n", encoding="utf-8")
 
 
-def twins_run_time(relative: Path) -> float:
-    """Seconds to run a lesson's twins as plain scripts, at once, as the two builds do."""
+def run_time(relative: Path, languages=LANGUAGES) -> float:
+    """Seconds to run a lesson in ``languages`` as plain scripts, at once (both twins: as the
+    two builds do; the English one alone: as a reader does)."""
     started = time.perf_counter()
     running = [
         subprocess.Popen(
@@ -318,10 +309,10 @@ def twins_run_time(relative: Path) -> float:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        for lang in LANGUAGES
+        for lang in languages
     ]
     if any(process.wait() for process in running):
-        sys.exit(f"a twin of {relative} failed as a script")
+        sys.exit(f"{relative} failed as a script")
     return time.perf_counter() - started
 
 
@@ -407,14 +398,14 @@ def measure(repeat: int, floor_repeat: int, *, ci: bool) -> Measurements:
     print("no-op rebuild ...", flush=True)
     noop = median_of(repeat, lambda: timed(docs))
     print("edit rebuild ...", flush=True)
-    twins = median_of(repeat, lambda: twins_run_time(EDITED_LESSON))
-    edit, re_executed = measure_edit_rebuild(docs)
+    twins = median_of(repeat, lambda: run_time(EDITED_LESSON))
+    edit, re_executed = measure_edit_rebuild(nox)
     print("tests ...", flush=True)
     tests, profile, tests_summary = measure_tests(nox)
     print("no-op rebuild after the tests ...", flush=True)
     noop_after_tests = timed(docs)
     print("a contributor's test loop ...", flush=True)
-    lesson_run = median_of(repeat, lambda: lesson_run_time(EDITED_LESSON))
+    lesson_run = median_of(repeat, lambda: run_time(EDITED_LESSON, ["en"]))
     edit_tests = measure_edit_tests(nox)
     ci_seconds = ci_docs = None
     if ci:

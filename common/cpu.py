@@ -340,8 +340,13 @@ def run_under_isa(isa: str, source: str, *, timeout: float = 900, key: str | Non
     from common.timing import measured_once  # imported here: common.timing imports this module
 
     cpu = describe()
-    stamp = [isa, key or _what_source_computes(source), torch.__version__, cpu.name]
-    stamp.append(cpu.kernel_path)
+    stamp = [
+        isa,
+        key or _what_source_computes(source),
+        torch.__version__,
+        cpu.name,
+        cpu.kernel_path,
+    ]
     digest = hashlib.sha256(json.dumps(stamp).encode()).hexdigest()[:20]
     return measured_once.reuse(f"isa-{digest}", lambda: _run_under_isa(isa, source, timeout))
 

@@ -81,12 +81,11 @@ def _title(paragraph: str) -> str:
     return paragraph.split(" ===")[0].rstrip("= ").strip()
 
 
-def card_picture(srcdir: Path, script: Path) -> tuple[str, bool] | None:
-    """The picture a lesson's card stems from, as a path from the source dir, and whether it
-    is a focus picture (docs/course_gallery.py writes one beside each ``draw(...,
-    highlight=...)`` picture): the picture the gallery thumbnail shows
-    (``sphinx_gallery_thumbnail_number``, else 1), its focus picture when there is one. None
-    before the lesson's first run."""
+def card_picture(srcdir: Path, script: Path) -> str | None:
+    """The picture a lesson's card stems from, as a path from the source dir: the picture the
+    gallery thumbnail shows (``sphinx_gallery_thumbnail_number``, else 1), or its focus picture
+    when there is one (docs/course_gallery.py writes one, ``<name>_focus.svg``, beside each
+    ``draw(..., highlight=...)`` picture). None before the lesson's first run."""
     found = _THUMBNAIL_NUMBER.search(script.read_text("utf-8"))
     picture = f"lessons/{script.parent.name}/images/sphx_glr_{script.stem}_"
     picture += f"{int(found.group(1)) if found else 1:03d}"
@@ -95,16 +94,21 @@ def card_picture(srcdir: Path, script: Path) -> tuple[str, bool] | None:
     # build).
     for candidate in (f"{picture}_focus.svg", f"{picture}.svg", f"{picture}.png"):
         if (srcdir / candidate).exists():
-            return candidate, candidate.endswith("_focus.svg")
+            return candidate
     return None
 
 
-def _thumbnail_source(srcdir: Path, thumb: Path, language: str) -> tuple[str, bool] | None:
-    """``card_picture`` of the lesson a sphinx-gallery thumbnail
-    (``lessons/<module>/images/thumb/sphx_glr_<lesson>_thumb.svg``) belongs to."""
+def _focus(picture: str | None) -> str | None:
+    """``picture`` if it is a focus picture: the only kind a card or a thumbnail shows."""
+    return picture if picture and picture.endswith("_focus.svg") else None
+
+
+def _thumbnail_focus(srcdir: Path, thumb: Path, language: str) -> str | None:
+    """The focus picture of the lesson a sphinx-gallery thumbnail
+    (``lessons/<module>/images/thumb/sphx_glr_<lesson>_thumb.svg``) belongs to, if any."""
     lesson = thumb.name.removeprefix("sphx_glr_").rsplit("_thumb", 1)[0]
     script = ROOT / "examples" / language / thumb.parents[2].name / f"{lesson}.py"
-    return card_picture(srcdir, script) if script.is_file() else None
+    return _focus(card_picture(srcdir, script)) if script.is_file() else None
 
 
 def _module_page_thumbnails(app) -> None:
@@ -114,9 +118,9 @@ def _module_page_thumbnails(app) -> None:
     unchanged build reads no page again); _drop_unreadable_thumbnails takes the others' off."""
     srcdir = Path(app.srcdir)
     for thumb in srcdir.glob("lessons/*/images/thumb/sphx_glr_*_thumb.svg"):
-        found = _thumbnail_source(srcdir, thumb, app.config.language)
-        if found and found[1]:
-            focus = (srcdir / found[0]).read_bytes()
+        focus = _thumbnail_focus(srcdir, thumb, app.config.language)
+        if focus:
+            focus = (srcdir / focus).read_bytes()
             if thumb.read_bytes() != focus:
                 thumb.write_bytes(focus)
 
@@ -131,8 +135,7 @@ def _drop_unreadable_thumbnails(app, doctree) -> None:
         uri = image.get("uri", "")
         if "/images/thumb/" not in uri:
             continue
-        found = _thumbnail_source(srcdir, Path(uri), app.config.language)
-        if not (found and found[1]):
+        if not _thumbnail_focus(srcdir, Path(uri), app.config.language):
             image.parent.remove(image)
 
 
@@ -162,10 +165,10 @@ class _GeneratedContent(SphinxDirective):
         None when that picture highlights nothing (a chart, a diff, a plain graph): a whole
         graph shrunk to a card cannot be read."""
         self.env.note_dependency(str(script))
-        found = card_picture(Path(self.env.srcdir), script)
-        if found is not None:
-            self.env.note_dependency(found[0])
-        return found[0] if found and found[1] else None
+        picture = card_picture(Path(self.env.srcdir), script)
+        if picture is not None:
+            self.env.note_dependency(picture)
+        return _focus(picture)
 
     def parse(self, text: str, *, lists_lessons: bool) -> list:
         if lists_lessons:

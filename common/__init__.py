@@ -17,6 +17,7 @@
 - ``quantizer``: ``CourseQuantizer``, the course's own PT2E quantizer.
 - ``results``: the figures a lesson publishes for the landing page while the site is built.
 - ``timing``: ``compare_speed`` and ``race``, timings that hold on a small shared machine.
+- ``vision_models``: torchvision's architectures rewritten (torchvision does not import here).
 - ``viz``: ``draw`` and ``draw_diff``, torch.fx graphs as Graphviz pictures.
 
 Importing ``common`` checks that the pinned torch and torchao are installed.

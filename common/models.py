@@ -1,4 +1,5 @@
-"""A tiny deterministic model zoo: small CNNs on 3x16x16 images, transformers, larger models."""
+"""A tiny deterministic model zoo: small CNNs on 3x16x16 images, transformers, larger models,
+and torchvision's architectures (``VISION_NAMES``, written in ``common.vision_models``)."""
 
 import itertools
 
@@ -6,12 +7,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from common import vision_models
+
 __all__ = [
     "ATTENTION_STYLES",
     "IMAGE_SHAPE",
     "LARGE_MODEL_NAMES",
     "MODEL_NAMES",
     "TRANSFORMER_NAMES",
+    "VISION_NAMES",
     "DigitsViT",
     "Encoder",
     "EncoderBlock",
@@ -237,7 +241,13 @@ _TRANSFORMERS = {
 #: The transformers of M05 (random weights): the digits ViT in both attention styles and the
 #: larger encoder for timing; each takes its own input shape (see :func:`input_shape`).
 TRANSFORMER_NAMES = tuple(_TRANSFORMERS)
-_OTHERS = {**_LARGE, **_TRANSFORMERS}
+_VISION = {
+    name: (build, vision_models.IMAGE_SHAPE) for name, build in vision_models.ARCHITECTURES.items()
+}
+#: torchvision's architectures at full size (ResNet18/50, MobileNetV2/V3, EfficientNet-B0, a
+#: small ViT), for M07: each takes ``input_shape(name)`` = 3 x 64 x 64 images, 1000 classes.
+VISION_NAMES = tuple(_VISION)
+_OTHERS = {**_LARGE, **_TRANSFORMERS, **_VISION}
 
 
 def _randomize_batch_norm(model: nn.Module, generator: torch.Generator) -> None:
@@ -259,7 +269,8 @@ def get_model(name: str) -> nn.Module:
     The global RNG is left untouched: weights come from a private seeded generator.
 
     Args:
-        name: one of :data:`MODEL_NAMES`, :data:`LARGE_MODEL_NAMES` or :data:`TRANSFORMER_NAMES`.
+        name: one of :data:`MODEL_NAMES`, :data:`LARGE_MODEL_NAMES`, :data:`TRANSFORMER_NAMES`
+            or :data:`VISION_NAMES`.
 
     Returns:
         nn.Module: a new model; two calls with the same name give equal weights.
@@ -287,7 +298,7 @@ def get_model(name: str) -> nn.Module:
 
 def _check_name(name: str) -> None:
     if name not in _ZOO and name not in _OTHERS:
-        names = ", ".join((*MODEL_NAMES, *LARGE_MODEL_NAMES, *TRANSFORMER_NAMES))
+        names = ", ".join((*MODEL_NAMES, *LARGE_MODEL_NAMES, *TRANSFORMER_NAMES, *VISION_NAMES))
         raise ValueError(f"unknown model {name!r} (one of: {names})")
 
 

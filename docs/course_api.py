@@ -21,6 +21,7 @@ from course_sources import lesson_label, module_scripts
 API_ORDER = (
     "common",
     "common.models",
+    "common.vision_models",
     "common.pt2e",
     "common.viz",
     "common.quantizer",

@@ -5,6 +5,7 @@ The int8 counts are checked against an independent count from the converted grap
 ``dequantize`` node (or, fused, straight from the int8 conv before it), and a float op does not.
 """
 
+import functools
 import re
 from string import Formatter
 
@@ -220,7 +221,8 @@ def int8_in_converted_graph(model, quantizer, args) -> set[str]:
         # again (the dq -> op [-> relu] -> q a backend fuses) or is fused with the conv before it;
         # otherwise it computes in float on values an earlier op quantized (a matmul after a
         # quantized linear under XNNPACK).
-        relus = [u for u in node.users if u.target == torch.ops.aten.relu.default]
+        relu = {torch.ops.aten.relu.default, torch.ops.aten.relu_.default}  # inplace=True too
+        relus = [u for u in node.users if u.target in relu]
         requantized = any(u.target == quantize for n in [node, *relus] for u in n.users)
         if kind in ("conv", "linear") or fused or requantized:
             found.add(node.name)
@@ -544,3 +546,77 @@ def test_a_report_built_by_hand_says_its_reason_in_both():
         "Mine：1 個計算運算中有 0 個是 int8（mul 0/1）",
         "  浮點數 ×1：my own reason",
     ]
+
+
+# --- torchvision's architectures at full size (common.vision_models) --------------------------
+# Counted by hand from torchvision's configurations, each kind as (int8, all). ResNet18: stem +
+# 8 blocks x 2 + 3 downsamples = 20 convs, a residual add per block. ResNet50: stem + 16 x 3 + 4
+# downsamples (layer1's too: 64 -> 256). MobileNetV2: stem, 2 + 16 x 3 in the blocks, the last
+# 1x1; an add where stride 1 keeps the width (0+1+2+3+2+2+0). MobileNetV3-small: stem, 10 expand,
+# 11 depthwise, 11 project, 9 SE x 2, the last 1x1; 6 adds; 9 SE muls. EfficientNet-B0: 16
+# MBConvs: stem, 15 expand, 16 depthwise, 16 SE x 2, 16 project, head; 9 adds, 16 SE muls. ViT:
+# 4 layers of q/k/v-in, out, 2 MLP linears, plus the head; 2 adds a layer plus the positions.
+# x86 leaves float each SE mul (shapes differ), the MHA's F.linear calls, adds with no conv or
+# linear before them, and SDPA; XNNPACK only SDPA.
+VISION_COUNTS = {
+    ("resnet18", "x86"): {"conv": (20, 20), "add": (8, 8), "linear": (1, 1)},
+    ("resnet50", "x86"): {"conv": (53, 53), "add": (16, 16), "linear": (1, 1)},
+    ("mobilenet_v2", "x86"): {"conv": (52, 52), "add": (10, 10), "linear": (1, 1)},
+    ("mobilenet_v3_small", "x86"): {
+        "conv": (52, 52),
+        "mul": (0, 9),
+        "add": (6, 6),
+        "linear": (2, 2),
+    },
+    ("efficientnet_b0", "x86"): {"conv": (81, 81), "mul": (0, 16), "add": (9, 9), "linear": (1, 1)},
+    ("vit_tiny", "x86"): {"conv": (1, 1), "add": (0, 9), "linear": (9, 17), "attention": (0, 4)},
+    ("vit_tiny", "xnnpack"): {
+        "conv": (1, 1),
+        "add": (9, 9),
+        "linear": (17, 17),
+        "attention": (0, 4),
+    },
+}
+for (_name, _quantizer), _counts in list(VISION_COUNTS.items()):
+    if _quantizer == "x86" and _name != "vit_tiny":  # XNNPACK: everything int8 in the CNNs
+        VISION_COUNTS[_name, "xnnpack"] = {kind: (n, n) for kind, (_, n) in _counts.items()}
+# x86 refuses a module called at several places on a non-strict export: ResNet's self.relu.
+STRICT = {"resnet18", "resnet50"}
+
+
+@functools.cache
+def vision_graph(name: str, *, strict: bool):
+    from common.models import example_inputs, get_model, input_shape
+
+    args = example_inputs(2, shape=input_shape(name))
+    model = get_model(name)
+    graph = torch.export.export(model, args, strict=True).module() if strict else None
+    return graph or export_module(model, args), args
+
+
+def vision_case(name, quantizer):
+    return vision_graph(name, strict=quantizer == "x86" and name in STRICT)
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("torchao_patterns_exported_once")
+@pytest.mark.parametrize(
+    ("name", "quantizer"), sorted(VISION_COUNTS), ids=[f"{n}-{q}" for n, q in sorted(VISION_COUNTS)]
+)
+def test_torchvisions_architectures_per_quantizer(name, quantizer):
+    """The report's counts are the hand counts, and its int8 ops the converted graph's."""
+    graph, args = vision_case(name, quantizer)
+    report = coverage(graph, QUANTIZERS[quantizer]())
+    assert report.counts() == VISION_COUNTS[name, quantizer]
+    assert set(report.names(int8=True)) == int8_in_converted_graph(
+        graph, QUANTIZERS[quantizer](), args
+    )
+
+
+@pytest.mark.slow
+def test_x86_refuses_a_non_strict_resnet_naming_its_reused_relus():
+    graph, _ = vision_graph("resnet50", strict=False)
+    with pytest.raises(ValueError) as refused:
+        coverage(graph, x86())
+    reused = re.findall(r"'([\w.]+)' \(ReLU, 3 calls\)", str(refused.value))
+    assert len(reused) == 16 and reused[0] == "layer1.0.relu", str(refused.value)

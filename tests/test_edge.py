@@ -20,6 +20,7 @@ from torch import nn
 
 from common.models import LARGE_MODEL_NAMES, MODEL_NAMES, example_inputs, get_model, input_shape
 from common.pt2e import calibrate, export_module, quiet
+from common.vision_models import BasicBlock
 
 quiet()
 
@@ -181,28 +182,14 @@ class SplitShuffle(nn.Module):
         return channel_shuffle(torch.cat([self.a(a), self.b(b)], dim=1), 3)
 
 
-class BasicBlock(nn.Module):
-    """ResNet's BasicBlock as torchvision writes it: one nn.ReLU called twice, out += identity."""
-
-    def __init__(self, cin, cout, stride=1):
-        super().__init__()
-        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(cout)
-        self.relu = nn.ReLU(inplace=True)
-        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(cout)
-        self.downsample = None
-        if stride != 1 or cin != cout:
-            self.downsample = nn.Sequential(
-                nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout)
-            )
-
-    def forward(self, x):
-        identity = x if self.downsample is None else self.downsample(x)
-        out = self.relu(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out))
-        out += identity
-        return self.relu(out)
+def basic_block(cin, cout, stride=1):
+    """ResNet's BasicBlock (common.vision_models): one nn.ReLU called twice, out += identity."""
+    downsample = None
+    if stride != 1 or cin != cout:
+        downsample = nn.Sequential(
+            nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout)
+        )
+    return BasicBlock(cin, cout, stride, downsample)
 
 
 class ResNet(nn.Module):
@@ -211,7 +198,7 @@ class ResNet(nn.Module):
     def __init__(self):
         super().__init__()
         self.stem = nn.Sequential(conv_bn(3, 8), nn.MaxPool2d(3, 2, 1))
-        self.layers = nn.Sequential(BasicBlock(8, 8), BasicBlock(8, 16, 2))
+        self.layers = nn.Sequential(basic_block(8, 8), basic_block(8, 16, 2))
         self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
         self.fc = nn.Linear(16, 10)
 

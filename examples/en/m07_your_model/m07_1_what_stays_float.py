@@ -9,13 +9,16 @@ refuses the graph outright, because one activation module is called at several p
 strict export fixes that, and then it leaves the squeeze-excitation's broadcast ``mul``
 float where ExecuTorch's ``XNNPACKQuantizer`` quantizes every compute op. On
 ``nn.TransformerEncoderLayer`` the roles turn: x86 leaves the attention's two linears, SDPA
-and both residual adds float, XNNPACK only SDPA.
+and both residual adds float, XNNPACK only SDPA. On six of torchvision's architectures
+(ResNet18 and 50, MobileNetV2 and V3, EfficientNet-B0, a ViT) the same rules decide: x86 refuses
+the ResNets' reused ``self.relu`` and leaves every squeeze-excitation ``mul`` float.
 
 **What you will learn**
 
 - How to read, for any exported model, which compute ops a quantizer leaves float and why
 - Why a reused activation module breaks ``X86InductorQuantizer`` and what fixes it
 - Where the x86 and the XNNPACK quantizers differ on CNNs and on transformers
+- What each of them leaves float in ResNet, MobileNet, EfficientNet and ViT
 
 **Prerequisites**: :ref:`M00-3 · finding patterns
 <sphx_glr_lessons_m00_graphs_m00_3_finding_patterns.py>`, :ref:`M05-1 · what the quantizer
@@ -40,10 +43,12 @@ the XNNPACK quantizer <sphx_glr_lessons_m06_executorch_m06_1_xnnpack_quantizer.p
 import importlib
 import inspect
 import logging
+import re
 
 import torch
 from torch import nn
 
+from common.charts import display_width, pad
 from common.coverage import coverage, side_by_side
 from common.expect import expect_error
 from common.pt2e import export_module, quiet, x86_quantizer
@@ -225,7 +230,89 @@ assert x86_layer.counts() == {"linear": (2, 4), "attention": (0, 1), "add": (0, 
 assert xnnpack_layer.counts() == {"linear": (4, 4), "attention": (0, 1), "add": (2, 2)}
 
 # %%
-# Step 5 — ExecuTorch's QuantizerReporter
+# Step 5 — torchvision's architectures
+# ------------------------------------
+# Six architectures as torchvision 0.28 writes them, at full depth and width: ResNet18 and
+# ResNet50, MobileNetV2, MobileNetV3-small, EfficientNet-B0 and a small ViT
+# (``common.vision_models``; torchvision itself does not import beside this CPU build of torch,
+# see its docstring). Each is exported as ``export_module`` exports (non-strict) and reported by
+# both quantizers. Random weights, 64×64 images.
+
+from common.models import VISION_NAMES, example_inputs, get_model, input_shape
+
+HEADER = ("architecture", "x86", "float under x86", "XNNPACK", "float under XNNPACK")
+REFUSED = "refused"
+
+
+def int8_of_all(report):
+    counts = report.counts().values()
+    return f"{sum(int8 for int8, _ in counts)}/{sum(total for _, total in counts)}"
+
+
+def float_kinds(report):
+    return ", ".join(f"{k} {i}/{n}" for k, (i, n) in report.counts().items() if i < n)
+
+
+models, zoo, refusals = {}, {}, {}
+for name in VISION_NAMES:
+    models[name] = get_model(name)
+    graph = export_module(models[name], example_inputs(2, shape=input_shape(name)))
+    zoo[name] = {"XNNPACK": coverage(graph, xnnpack_quantizer())}
+    try:
+        zoo[name]["x86"] = coverage(graph, x86_quantizer())
+    except ValueError as error:
+        refusals[name] = str(error)
+
+rows = [HEADER]
+for name, reports in zoo.items():
+    on_x86, on_xnnpack = reports.get("x86"), reports["XNNPACK"]
+    x86_cells = (int8_of_all(on_x86), float_kinds(on_x86)) if on_x86 else (REFUSED, "")
+    rows.append((name, *x86_cells, int8_of_all(on_xnnpack), float_kinds(on_xnnpack)))
+widths = [max(display_width(row[i]) for row in rows) for i in range(len(HEADER))]
+for row in rows:
+    print("  ".join(pad(cell, width) for cell, width in zip(row, widths, strict=True)).rstrip())
+
+# %%
+# XNNPACK makes every conv, linear, add and mul int8 in all six; only the ViT's attention
+# (SDPA) stays float. x86 leaves exactly the squeeze-excitation ``mul`` float (one per
+# ``SqueezeExcitation`` module, the broadcast of Step 3), and on the ViT the attention's
+# ``F.linear`` calls, SDPA and the adds (Step 4). Every conv is int8 under both: the counts
+# equal the model's ``nn.Conv2d`` modules.
+
+for name, reports in zoo.items():
+    model = models[name]
+    convs = sum(isinstance(m, nn.Conv2d) for m in model.modules())
+    squeeze_excitations = sum(type(m).__name__ == "SqueezeExcitation" for m in model.modules())
+    for label, report in reports.items():
+        counts = report.counts()
+        assert counts["conv"] == (convs, convs), (name, label)
+        if squeeze_excitations:
+            expected_mul = squeeze_excitations if label == "XNNPACK" else 0
+            assert counts["mul"] == (expected_mul, squeeze_excitations), (name, label)
+    assert all(i == n for k, (i, n) in reports["XNNPACK"].counts().items() if k != "attention")
+
+# %%
+# x86 refuses both ResNets for the reason of Step 1: torchvision's ``BasicBlock`` calls its
+# ``self.relu`` twice and ``Bottleneck`` three times. The refusal names every such module:
+
+for name, message in refusals.items():
+    reused = re.findall(r"'([\w.]+)' \(ReLU, (\d) calls\)", message)
+    print(f"{name}: {len(reused)} × ReLU, {reused[0][1]} calls each ({reused[0][0]}, ...)")
+assert set(refusals) == {"resnet18", "resnet50"}
+
+# %%
+# The fix of Step 2 holds on a real ResNet: exported strictly, ResNet18 is int8 throughout
+# under x86 too.
+
+resnet_args = example_inputs(2, shape=input_shape("resnet18"))
+resnet = torch.export.export(models["resnet18"], resnet_args, strict=True).module()
+resnet_x86 = coverage(resnet, x86_quantizer())
+print(resnet_x86.summary())
+assert resnet_x86.counts() == zoo["resnet18"]["XNNPACK"].counts()
+assert all(i == n for i, n in resnet_x86.counts().values())
+
+# %%
+# Step 6 — ExecuTorch's QuantizerReporter
 # ---------------------------------------
 # ExecuTorch 1.5.1 ships a report of its own, ``QuantizerReporter``
 # (``executorch.backends.cortex_m.quantizer_reporter``). It reports what a quantizer tells it
@@ -262,7 +349,9 @@ assert not any(hasattr(q, "get_quantizer_info") for q in (x86_quantizer(), xnnpa
 # ==================================  ========================  ===========================
 #
 # A module called at several places stops x86 before any of this, on a non-strict export:
-# export with ``strict=True`` or give each call its own module.
+# export with ``strict=True`` or give each call its own module. torchvision's ResNets are such
+# models (``self.relu`` called two or three times per block); MobileNetV3 and EfficientNet-B0
+# keep one float ``mul`` per squeeze-excitation under x86.
 #
 # Exercises
 # ---------

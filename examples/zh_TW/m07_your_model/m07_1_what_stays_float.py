@@ -8,13 +8,16 @@ MobileNet 式 CNN 上， ``X86InductorQuantizer`` 一開始就拒絕整張圖，
 地方被呼叫；strict 匯出修好這一點之後，它把 squeeze-excitation 裡需要廣播的 ``mul`` 留在
 浮點數，而 ExecuTorch 的 ``XNNPACKQuantizer`` 把每個計算運算都量化了。到了
 ``nn.TransformerEncoderLayer`` ，角色對調：x86 把 attention 的兩個 linear、SDPA 與兩個殘差
-add 都留在浮點數，XNNPACK 只留下 SDPA。
+add 都留在浮點數，XNNPACK 只留下 SDPA。在 torchvision 的六個架構上（ResNet18 與 50、
+MobileNetV2 與 V3、EfficientNet-B0、一個 ViT）也是同樣的規則在決定：x86 拒絕 ResNet 重複
+使用的 ``self.relu`` ，並把每個 squeeze-excitation 的 ``mul`` 留在浮點數。
 
 **你會學到**
 
 - 對任何匯出的模型，怎麼讀出 quantizer 把哪些計算運算留在浮點數、原因是什麼
 - 為什麼重複使用的活化模組會讓 ``X86InductorQuantizer`` 失敗，以及怎麼修
 - x86 與 XNNPACK 兩個 quantizer 在 CNN 與 Transformer 上有哪些不同
+- 兩者各把 ResNet、MobileNet、EfficientNet 與 ViT 的哪些運算留在浮點數
 
 **先備知識**： :ref:`M00-3 · 找出模式
 <sphx_glr_lessons_m00_graphs_m00_3_finding_patterns.py>`、 :ref:`M05-1 · quantizer 在
@@ -38,10 +41,12 @@ XNNPACK quantizer <sphx_glr_lessons_m06_executorch_m06_1_xnnpack_quantizer.py>`�
 import importlib
 import inspect
 import logging
+import re
 
 import torch
 from torch import nn
 
+from common.charts import display_width, pad
 from common.coverage import coverage, side_by_side
 from common.expect import expect_error
 from common.pt2e import export_module, quiet, x86_quantizer
@@ -221,7 +226,88 @@ assert x86_layer.counts() == {"linear": (2, 4), "attention": (0, 1), "add": (0, 
 assert xnnpack_layer.counts() == {"linear": (4, 4), "attention": (0, 1), "add": (2, 2)}
 
 # %%
-# 步驟 5 — ExecuTorch 的 QuantizerReporter
+# 步驟 5 — torchvision 的架構
+# ---------------------------
+# 六個照 torchvision 0.28 寫法寫成的架構，深度與寬度都是原尺寸：ResNet18 與 ResNet50、
+# MobileNetV2、MobileNetV3-small、EfficientNet-B0 與一個小型 ViT（ ``common.vision_models`` ；
+# torchvision 本身無法與這個 CPU 版的 torch 一起匯入，見該模組的說明）。每個都照
+# ``export_module`` 的方式匯出（non-strict），再交給兩個 quantizer 報告。隨機 weight，64×64
+# 的影像。
+
+from common.models import VISION_NAMES, example_inputs, get_model, input_shape
+
+HEADER = ("架構", "x86", "x86 下的浮點運算", "XNNPACK", "XNNPACK 下的浮點運算")
+REFUSED = "拒絕"
+
+
+def int8_of_all(report):
+    counts = report.counts().values()
+    return f"{sum(int8 for int8, _ in counts)}/{sum(total for _, total in counts)}"
+
+
+def float_kinds(report):
+    return "、".join(f"{k} {i}/{n}" for k, (i, n) in report.counts().items() if i < n)
+
+
+models, zoo, refusals = {}, {}, {}
+for name in VISION_NAMES:
+    models[name] = get_model(name)
+    graph = export_module(models[name], example_inputs(2, shape=input_shape(name)))
+    zoo[name] = {"XNNPACK": coverage(graph, xnnpack_quantizer())}
+    try:
+        zoo[name]["x86"] = coverage(graph, x86_quantizer())
+    except ValueError as error:
+        refusals[name] = str(error)
+
+rows = [HEADER]
+for name, reports in zoo.items():
+    on_x86, on_xnnpack = reports.get("x86"), reports["XNNPACK"]
+    x86_cells = (int8_of_all(on_x86), float_kinds(on_x86)) if on_x86 else (REFUSED, "")
+    rows.append((name, *x86_cells, int8_of_all(on_xnnpack), float_kinds(on_xnnpack)))
+widths = [max(display_width(row[i]) for row in rows) for i in range(len(HEADER))]
+for row in rows:
+    print("  ".join(pad(cell, width) for cell, width in zip(row, widths, strict=True)).rstrip())
+
+# %%
+# XNNPACK 在六個架構裡把每個 conv、linear、add 與 mul 都變成 int8，只有 ViT 的 attention
+# （SDPA）留在浮點數。x86 留在浮點數的正好是 squeeze-excitation 的 ``mul`` （每個
+# ``SqueezeExcitation`` 模組一個，就是步驟 3 的廣播），以及 ViT 裡 attention 的 ``F.linear``
+# 呼叫、SDPA 與 add（步驟 4）。兩者都把每個 conv 變成 int8：數量等於模型裡 ``nn.Conv2d``
+# 模組的個數。
+
+for name, reports in zoo.items():
+    model = models[name]
+    convs = sum(isinstance(m, nn.Conv2d) for m in model.modules())
+    squeeze_excitations = sum(type(m).__name__ == "SqueezeExcitation" for m in model.modules())
+    for label, report in reports.items():
+        counts = report.counts()
+        assert counts["conv"] == (convs, convs), (name, label)
+        if squeeze_excitations:
+            expected_mul = squeeze_excitations if label == "XNNPACK" else 0
+            assert counts["mul"] == (expected_mul, squeeze_excitations), (name, label)
+    assert all(i == n for k, (i, n) in reports["XNNPACK"].counts().items() if k != "attention")
+
+# %%
+# x86 拒絕兩個 ResNet，原因與步驟 1 相同：torchvision 的 ``BasicBlock`` 把它的 ``self.relu``
+# 呼叫兩次， ``Bottleneck`` 呼叫三次。拒絕的訊息列出每一個這樣的模組：
+
+for name, message in refusals.items():
+    reused = re.findall(r"'([\w.]+)' \(ReLU, (\d) calls\)", message)
+    print(f"{name}：{len(reused)} 個 ReLU，各被呼叫 {reused[0][1]} 次（{reused[0][0]} 等）")
+assert set(refusals) == {"resnet18", "resnet50"}
+
+# %%
+# 步驟 2 的修法在真正的 ResNet 上也成立：strict 匯出之後，ResNet18 在 x86 下也全部是 int8。
+
+resnet_args = example_inputs(2, shape=input_shape("resnet18"))
+resnet = torch.export.export(models["resnet18"], resnet_args, strict=True).module()
+resnet_x86 = coverage(resnet, x86_quantizer())
+print(resnet_x86.summary())
+assert resnet_x86.counts() == zoo["resnet18"]["XNNPACK"].counts()
+assert all(i == n for i, n in resnet_x86.counts().values())
+
+# %%
+# 步驟 6 — ExecuTorch 的 QuantizerReporter
 # ----------------------------------------
 # ExecuTorch 1.5.1 附有自己的報告 ``QuantizerReporter``
 # （ ``executorch.backends.cortex_m.quantizer_reporter`` ）。它報告的是 quantizer 在標註時
@@ -258,7 +344,9 @@ assert not any(hasattr(q, "get_quantizer_info") for q in (x86_quantizer(), xnnpa
 # ==================================  ========================  ===========================
 #
 # 在 non-strict 匯出的圖上，一個在好幾個地方被呼叫的模組，會讓 x86 在這一切之前就停下來：
-# 用 ``strict=True`` 匯出，或讓每次呼叫各用一個模組。
+# 用 ``strict=True`` 匯出，或讓每次呼叫各用一個模組。torchvision 的 ResNet 正是這樣的模型
+# （每個 block 把 ``self.relu`` 呼叫兩次或三次）；在 x86 下，MobileNetV3 與 EfficientNet-B0
+# 的每個 squeeze-excitation 都留下一個浮點的 ``mul`` 。
 #
 # 練習
 # ----

@@ -5,7 +5,9 @@ The matrix is every zoo model and every M02 test model, quantized with X86Induct
 lowered too, but oneDNN's int8 conv on this kind of CPU takes uint8 only, so they cannot run).
 A second matrix holds transformer graphs written here and not used anywhere else (an
 ``nn.TransformerEncoderLayer``, q/k/v linears + SDPA, a tiny ViT, a 3-D MLP, a linear over a
-transposed input), each with the static and the dynamic x86 config.
+transposed input), each with the static and the dynamic x86 config. torchvision's
+MobileNetV3-small at full size joins the first (the other architectures of M07-1 lower alike,
+static and dynamic, checked once by hand: a lowering of each costs 40-80 s).
 """
 
 import collections
@@ -21,6 +23,7 @@ from common.models import (
     LARGE_MODEL_NAMES,
     MODEL_NAMES,
     TRANSFORMER_NAMES,
+    VISION_NAMES,
     example_inputs,
     get_model,
     input_shape,
@@ -210,6 +213,9 @@ MATRIX = [
     # nothing new and costs a lowering of 24 linears.
     "vit_sdpa",
     "vit_mha",
+    # torchvision's MobileNetV3-small at full size (M07-1): hardswish, hardsigmoid, in-place
+    # adds and the nine squeeze-excitation muls x86 leaves float between int8 convs.
+    "mobilenet_v3_small",
 ]
 
 
@@ -222,7 +228,7 @@ def inputs(name: str, seed: int = 0) -> tuple:
     """The batch a matrix model is exported, calibrated and compared with (the large one: 2)."""
     if name in HELD_OUT:
         return example_inputs(2, seed=seed, shape=HELD_OUT[name][1])
-    if name in LARGE_MODEL_NAMES or name in TRANSFORMER_NAMES:
+    if name in LARGE_MODEL_NAMES or name in TRANSFORMER_NAMES or name in VISION_NAMES:
         return example_inputs(2, seed=seed, shape=input_shape(name))
     return example_inputs(8, seed=seed)
 
@@ -233,7 +239,7 @@ def make_model(name: str) -> nn.Module:
         return HELD_OUT[name][0]().eval()
     if name in EXTRA_MODELS:
         return EXTRA_MODELS[name]().eval()
-    large = name in LARGE_MODEL_NAMES or name in TRANSFORMER_NAMES
+    large = name in (*LARGE_MODEL_NAMES, *TRANSFORMER_NAMES, *VISION_NAMES)
     return get_model(name) if large else build(name)
 
 

@@ -590,8 +590,9 @@ def vision_graph(name: str, *, strict: bool):
 
     args = example_inputs(2, shape=input_shape(name))
     model = get_model(name)
-    graph = torch.export.export(model, args, strict=True).module() if strict else None
-    return graph or export_module(model, args), args
+    if strict:
+        return torch.export.export(model, args, strict=True).module(), args
+    return export_module(model, args), args
 
 
 def vision_case(name, quantizer):

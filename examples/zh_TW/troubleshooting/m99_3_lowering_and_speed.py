@@ -141,13 +141,8 @@ assert ran.int8 and not ran.float, "只有 int8 kernel"
 # ``config.patch`` 包在第一次呼叫外面，而之後用另一個輸入形狀的呼叫（或在
 # ``torch._dynamo.reset()`` 之後）在區塊外重新編譯。
 
-inductor_config.freezing = False
-with inductor_config.patch(freezing=True):
-    assert inductor_config.freezing
-assert not inductor_config.freezing, "區塊結束時 config.patch 把設定還原"
-
-# 這樣的區塊包住第一次呼叫，等於下面這樣寫：第一次編譯時開啟 freezing，
-# 重新編譯時已回到預設值。
+# 這樣的區塊包住第一次呼叫，等於下面這樣寫：第一次編譯時開啟 freezing，區塊結束時回到預設值
+# （關閉），重新編譯在那之後。
 counters.clear()
 inductor_config.freezing = True
 with torch.no_grad():

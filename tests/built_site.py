@@ -1,6 +1,8 @@
 """The site the tests read, built as nox -s docs builds it, behind a lock the workers share."""
 
 import os
+import shutil
+import subprocess
 import sys
 import time
 from http.server import SimpleHTTPRequestHandler
@@ -9,9 +11,17 @@ from pathlib import Path
 import pytest
 from lesson_scripts import ROOT
 
-from languages import build_site
+from languages import SPHINX_OPTIONS, build_site
 
-__all__ = ["BUILT", "SITE_PYTHON", "build_both", "no_sources_from_the_future", "site_lock"]
+__all__ = [
+    "BUILT",
+    "SITE_PYTHON",
+    "build_both",
+    "make_site",
+    "no_sources_from_the_future",
+    "site_lock",
+    "sphinx_build",
+]
 
 BUILT = ROOT / "build" / "html"
 # The Python whose Sphinx builds build/html: nox -s tests names nox -s docs's own when that
@@ -50,6 +60,34 @@ def no_sources_from_the_future() -> None:
         for path in (ROOT / folder).rglob("*"):
             if path.is_file() and path.stat().st_mtime > now:
                 os.utime(path, (now, now))
+
+
+def make_site(root: Path, lessons: dict[str, str]) -> Path:
+    """A small copy of the English site at ``root`` whose gallery holds only ``lessons``.
+
+    ``lessons`` maps "module_folder/file.py" to the script's text.
+    """
+    docs = root / "docs"
+    shutil.copytree(
+        ROOT / "docs",
+        docs,
+        ignore=shutil.ignore_patterns("lessons", "*.md", "__pycache__"),
+    )
+    (docs / "en" / "index.md").write_text("# Fixture\n\n```{toctree}\nlessons/index\n```\n")
+    (docs / "en" / "lessons").mkdir()
+    shutil.copy(ROOT / "docs" / "en" / "lessons" / "index.rst", docs / "en" / "lessons")
+    for relative, text in lessons.items():
+        path = root / "examples" / "en" / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        (path.parent / "README.txt").write_text("Module\n======\n\nFixture.\n")
+        path.write_text(text, encoding="utf-8")
+    return root
+
+
+def sphinx_build(root: Path, *, strict: bool = True) -> subprocess.CompletedProcess:
+    options = SPHINX_OPTIONS if strict else [o for o in SPHINX_OPTIONS if o != "-W"]
+    command = [sys.executable, "-m", "sphinx", *options, "docs/en", "build/html/en"]
+    return subprocess.run(command, cwd=root, capture_output=True, text=True)
 
 
 # The browser tests' server and Chromium (their fixtures are in conftest.py).

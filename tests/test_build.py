@@ -4,18 +4,14 @@ checked by its reader run, tests/test_lessons.py.)"""
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
-from built_site import BUILT, SITE_PYTHON, site_lock
+from built_site import BUILT, SITE_PYTHON, make_site, site_lock, sphinx_build
 from lesson_scripts import ROOT
 from marks import needs_dot
-
-from languages import SPHINX_OPTIONS
 
 pytestmark = [pytest.mark.slow, needs_dot]
 
@@ -34,34 +30,6 @@ Its assert does not hold, so the build must stop.
 value = 1 + 1
 assert value == 3, "one plus one should be three"
 '''
-
-
-def make_site(root: Path, lessons: dict[str, str]) -> Path:
-    """A small copy of the English site at ``root`` whose gallery holds only ``lessons``.
-
-    ``lessons`` maps "module_folder/file.py" to the script's text.
-    """
-    docs = root / "docs"
-    shutil.copytree(
-        ROOT / "docs",
-        docs,
-        ignore=shutil.ignore_patterns("lessons", "*.md", "__pycache__"),
-    )
-    (docs / "en" / "index.md").write_text("# Fixture\n\n```{toctree}\nlessons/index\n```\n")
-    (docs / "en" / "lessons").mkdir()
-    shutil.copy(ROOT / "docs" / "en" / "lessons" / "index.rst", docs / "en" / "lessons")
-    for relative, text in lessons.items():
-        path = root / "examples" / "en" / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        (path.parent / "README.txt").write_text("Module\n======\n\nFixture.\n")
-        path.write_text(text, encoding="utf-8")
-    return root
-
-
-def sphinx_build(root: Path, *, strict: bool = True) -> subprocess.CompletedProcess:
-    options = SPHINX_OPTIONS if strict else [o for o in SPHINX_OPTIONS if o != "-W"]
-    command = [sys.executable, "-m", "sphinx", *options, "docs/en", "build/html/en"]
-    return subprocess.run(command, cwd=root, capture_output=True, text=True)
 
 
 def test_a_failing_lesson_fails_the_build_and_names_file_line_and_assertion(tmp_path):

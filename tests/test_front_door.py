@@ -14,6 +14,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+from built_site import make_site, sphinx_build
 from lesson_scripts import (
     EXAMPLES,
     ROOT,
@@ -22,7 +23,6 @@ from lesson_scripts import (
     run_as_a_reader,
 )
 from marks import needs_dot
-from test_build import make_site, sphinx_build
 
 import course_conf
 

@@ -722,7 +722,7 @@ axes.set_title("模型大小")
 @pytest.fixture(scope="module")
 def pictures_site(tmp_path_factory) -> Path:
     """A one-lesson English site whose lesson draws two graph diffs and a chart."""
-    from test_build import make_site, sphinx_build
+    from built_site import make_site, sphinx_build
 
     root = make_site(
         tmp_path_factory.mktemp("pictures"), {"m99_fixture/m99_1_pictures.py": PICTURES_LESSON}

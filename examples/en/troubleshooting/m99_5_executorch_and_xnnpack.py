@@ -138,7 +138,7 @@ assert missing == in_graph, "the graph's quantize and dequantize ops, and nothin
 delegate = lowered(qdq, x)
 assert (run(delegate.buffer, x) - qdq(*x)).abs().max() < 0.05, "XNNPACK: close to the q/dq model"
 with contextlib.redirect_stderr(io.StringIO()):
-    import executorch.kernels.quantized  # noqa: F401
+    import executorch.kernels.quantized
 portable = edge.to_executorch()
 assert torch.equal(run(portable.buffer, x), qdq(*x)), "portable kernels: the q/dq model's values"
 

@@ -133,7 +133,7 @@ assert missing == in_graph, "正是圖中的 quantize 與 dequantize 運算，�
 delegate = lowered(qdq, x)
 assert (run(delegate.buffer, x) - qdq(*x)).abs().max() < 0.05, "XNNPACK：接近 q/dq 模型"
 with contextlib.redirect_stderr(io.StringIO()):
-    import executorch.kernels.quantized  # noqa: F401
+    import executorch.kernels.quantized
 portable = edge.to_executorch()
 assert torch.equal(run(portable.buffer, x), qdq(*x)), "portable kernel：與 q/dq 模型的值相同"
 

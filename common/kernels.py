@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from common.cpu import lesson_language
+from common.lesson import lesson_language
 
 __all__ = ["FLOAT_KERNELS", "KernelsRun", "kernels_run", "time_by_kind"]
 

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from common.charts import display_width, pad
-from common.cpu import lesson_language
+from common.lesson import lesson_language
 
 __all__ = ["COMPUTE_OPS", "Coverage", "OpCoverage", "coverage", "side_by_side", "spec_table"]
 

@@ -38,6 +38,7 @@ API_ORDER = (
     "common.coverage",
     "common.charts",
     "common.results",
+    "common.lesson",
     "common.migration",
 )
 

@@ -11,6 +11,17 @@ quantizers: a ``self.relu`` called at two or three places (ResNet), an in-place 
 Weights are PyTorch's default initialisation from a fixed seed with trained-looking BatchNorm
 statistics (``common.models.get_model``); nothing is downloaded.
 
+Each ``forward`` keeps torchvision's statement order, since a quantizer reads the graph in that
+order: ResNet's blocks compute the downsample after ``bn2`` / ``bn3``, just before the add, so
+``X86InductorQuantizer`` fuses ``conv2`` (``conv3``) into the add, as on a real torchvision
+export (``tests/test_vision_models.py``). Also as torchvision writes them: MobileNetV3's
+BatchNorm (``eps=0.001, momentum=0.01``), EfficientNet's ``StochasticDepth`` (the identity in
+eval), ViT's ``MLPBlock``, zero ``class_token`` and shape checks. What differs, none of it
+changing what a quantizer annotates: torchvision's weight initialisations (kaiming, normal,
+ViT's zero ``heads.head``, which here would make every logit 0), the two ``InvertedResidual``
+classes' names (``InvertedResidualV2`` / ``InvertedResidualV3`` here, since both live in one
+module), and ``vit_tiny``, which is not a torchvision builder (see :class:`VisionTransformer`).
+
 >>> from common.models import example_inputs, get_model, input_shape
 >>> get_model("resnet18")(*example_inputs(2, shape=input_shape("resnet18"))).shape
 torch.Size([2, 1000])
@@ -38,12 +49,21 @@ def _make_divisible(value: float, divisor: int = 8) -> int:
 class Conv2dNormActivation(nn.Sequential):
     """torchvision.ops.Conv2dNormActivation: conv (no bias), BatchNorm, activation or none."""
 
-    def __init__(self, cin, cout, kernel_size=3, stride=1, groups=1, activation_layer=nn.ReLU):
+    def __init__(
+        self,
+        cin,
+        cout,
+        kernel_size=3,
+        stride=1,
+        groups=1,
+        activation_layer=nn.ReLU,
+        norm_layer=nn.BatchNorm2d,
+    ):
         layers = [
             nn.Conv2d(
                 cin, cout, kernel_size, stride, (kernel_size - 1) // 2, groups=groups, bias=False
             ),
-            nn.BatchNorm2d(cout),
+            norm_layer(cout),
         ]
         if activation_layer is not None:
             layers.append(activation_layer(inplace=True))
@@ -82,9 +102,14 @@ class BasicBlock(nn.Module):
         self.downsample = downsample
 
     def forward(self, x):
-        identity = x if self.downsample is None else self.downsample(x)
+        # torchvision's order: the residual branch first, the downsample last, just before the
+        # add. X86InductorQuantizer fuses into the add the first conv that feeds it in graph
+        # order, so this order is what makes conv2, not the downsample conv, the fused one.
+        identity = x
         out = self.relu(self.bn1(self.conv1(x)))
         out = self.bn2(self.conv2(out))
+        if self.downsample is not None:
+            identity = self.downsample(x)
         out += identity
         return self.relu(out)
 
@@ -104,10 +129,12 @@ class Bottleneck(nn.Module):
         self.downsample = downsample
 
     def forward(self, x):
-        identity = x if self.downsample is None else self.downsample(x)
+        identity = x  # the downsample after bn3, as in BasicBlock
         out = self.relu(self.bn1(self.conv1(x)))
         out = self.relu(self.bn2(self.conv2(out)))
         out = self.bn3(self.conv3(out))
+        if self.downsample is not None:
+            identity = self.downsample(x)
         out += identity
         return self.relu(out)
 
@@ -192,21 +219,27 @@ class MobileNetV2(nn.Module):
 # --- MobileNetV3 (torchvision/models/mobilenetv3.py) -----------------------------------------
 
 
+#: MobileNetV3's BatchNorm, as torchvision builds it (mobilenetv3.py: ``eps=0.001, momentum=0.01``).
+_V3_NORM = partial(nn.BatchNorm2d, eps=0.001, momentum=0.01)
+
+
 class InvertedResidualV3(nn.Module):
     def __init__(self, cin, kernel, expanded, cout, use_se, use_hs, stride):
         super().__init__()
         self.use_res_connect = stride == 1 and cin == cout
-        act = nn.Hardswish if use_hs else nn.ReLU
+        conv = partial(
+            Conv2dNormActivation,
+            activation_layer=nn.Hardswish if use_hs else nn.ReLU,
+            norm_layer=_V3_NORM,
+        )
         layers = []
         if expanded != cin:
-            layers.append(Conv2dNormActivation(cin, expanded, 1, activation_layer=act))
-        layers.append(
-            Conv2dNormActivation(expanded, expanded, kernel, stride, expanded, activation_layer=act)
-        )
+            layers.append(conv(cin, expanded, 1))
+        layers.append(conv(expanded, expanded, kernel, stride, expanded))
         if use_se:
             squeezed = _make_divisible(expanded // 4)
             layers.append(SqueezeExcitation(expanded, squeezed, scale_activation=nn.Hardsigmoid))
-        layers.append(Conv2dNormActivation(expanded, cout, 1, activation_layer=None))
+        layers.append(conv(expanded, cout, 1, activation_layer=None))
         self.block = nn.Sequential(*layers)
 
     def forward(self, x):
@@ -227,9 +260,10 @@ class MobileNetV3(nn.Module):
 
     def __init__(self, num_classes=1000, last_channel=1024):
         super().__init__()
-        layers = [Conv2dNormActivation(3, 16, 3, 2, activation_layer=nn.Hardswish)]
+        conv = partial(Conv2dNormActivation, activation_layer=nn.Hardswish, norm_layer=_V3_NORM)
+        layers = [conv(3, 16, 3, 2)]
         layers += [InvertedResidualV3(*setting) for setting in self.SMALL]
-        layers.append(Conv2dNormActivation(96, 576, 1, activation_layer=nn.Hardswish))
+        layers.append(conv(96, 576, 1))
         self.features = nn.Sequential(*layers)
         self.avgpool = nn.AdaptiveAvgPool2d(1)
         self.classifier = nn.Sequential(
@@ -246,8 +280,28 @@ class MobileNetV3(nn.Module):
 # --- EfficientNet-B0 (torchvision/models/efficientnet.py) ------------------------------------
 
 
+class StochasticDepth(nn.Module):
+    """torchvision.ops.StochasticDepth: drops whole rows of the residual branch in training; the
+    identity in eval, so an exported graph has no node for it."""
+
+    def __init__(self, p: float, mode: str = "row"):
+        super().__init__()
+        self.p, self.mode = p, mode
+
+    def forward(self, input):
+        if not self.training or self.p == 0.0:
+            return input
+        survival_rate = 1.0 - self.p
+        size = [input.shape[0]] + [1] * (input.ndim - 1) if self.mode == "row" else [1]
+        noise = torch.empty(size, dtype=input.dtype, device=input.device).bernoulli_(survival_rate)
+        return input * noise.div_(survival_rate) if survival_rate > 0.0 else input * noise
+
+    def extra_repr(self):
+        return f"p={self.p}, mode={self.mode}"
+
+
 class MBConv(nn.Module):
-    def __init__(self, expand_ratio, kernel, stride, cin, cout):
+    def __init__(self, expand_ratio, kernel, stride, cin, cout, stochastic_depth_prob=0.0):
         super().__init__()
         self.use_res_connect = stride == 1 and cin == cout
         expanded = _make_divisible(cin * expand_ratio)
@@ -263,11 +317,13 @@ class MBConv(nn.Module):
         layers.append(SqueezeExcitation(expanded, max(1, cin // 4), activation=silu))
         layers.append(Conv2dNormActivation(expanded, cout, 1, activation_layer=None))
         self.block = nn.Sequential(*layers)
+        self.stochastic_depth = StochasticDepth(stochastic_depth_prob, "row")
 
     def forward(self, x):
         result = self.block(x)
         if self.use_res_connect:
-            result += x  # after stochastic depth, which is the identity in eval
+            result = self.stochastic_depth(result)
+            result += x
         return result
 
 
@@ -276,12 +332,16 @@ class EfficientNet(nn.Module):
     B0 = ((1, 3, 1, 32, 16, 1), (6, 3, 2, 16, 24, 2), (6, 5, 2, 24, 40, 2), (6, 3, 2, 40, 80, 3),
           (6, 5, 1, 80, 112, 3), (6, 5, 2, 112, 192, 4), (6, 3, 1, 192, 320, 1))  # fmt: skip
 
-    def __init__(self, num_classes=1000):
+    def __init__(self, num_classes=1000, stochastic_depth_prob=0.2):
         super().__init__()
         layers = [Conv2dNormActivation(3, 32, 3, 2, activation_layer=nn.SiLU)]
+        total, block_id = sum(setting[-1] for setting in self.B0), 0
         for expand, kernel, stride, cin, cout, repeats in self.B0:
-            stage = [MBConv(expand, kernel, stride, cin, cout)]
-            stage += [MBConv(expand, kernel, 1, cout, cout) for _ in range(1, repeats)]
+            stage = []
+            for i in range(repeats):  # the drop rate grows linearly with the block's index
+                p = stochastic_depth_prob * block_id / total
+                stage.append(MBConv(expand, kernel, stride if i == 0 else 1, cin, cout, p))
+                cin, block_id = cout, block_id + 1
             layers.append(nn.Sequential(*stage))
         layers.append(Conv2dNormActivation(320, 1280, 1, activation_layer=nn.SiLU))
         self.features = nn.Sequential(*layers)
@@ -295,6 +355,19 @@ class EfficientNet(nn.Module):
 # --- VisionTransformer (torchvision/models/vision_transformer.py) ----------------------------
 
 
+class MLPBlock(nn.Sequential):
+    """torchvision's MLPBlock: linear, GELU, dropout, linear, dropout (indices 0 to 4)."""
+
+    def __init__(self, in_dim, mlp_dim, dropout=0.0):
+        super().__init__(
+            nn.Linear(in_dim, mlp_dim),
+            nn.GELU(),
+            nn.Dropout(dropout),
+            nn.Linear(mlp_dim, in_dim),
+            nn.Dropout(dropout),
+        )
+
+
 class EncoderBlock(nn.Module):
     def __init__(self, num_heads, hidden_dim, mlp_dim):
         super().__init__()
@@ -302,15 +375,12 @@ class EncoderBlock(nn.Module):
         self.self_attention = nn.MultiheadAttention(hidden_dim, num_heads, batch_first=True)
         self.dropout = nn.Dropout(0.0)
         self.ln_2 = nn.LayerNorm(hidden_dim, eps=1e-6)
-        self.mlp = nn.Sequential(  # torchvision's MLPBlock
-            nn.Linear(hidden_dim, mlp_dim),
-            nn.GELU(),
-            nn.Dropout(0.0),
-            nn.Linear(mlp_dim, hidden_dim),
-            nn.Dropout(0.0),
-        )
+        self.mlp = MLPBlock(hidden_dim, mlp_dim)
 
     def forward(self, input):
+        torch._assert(
+            input.dim() == 3, f"Expected (batch_size, seq_length, hidden_dim) got {input.shape}"
+        )
         x = self.ln_1(input)
         x, _ = self.self_attention(x, x, x, need_weights=False)
         x = self.dropout(x) + input
@@ -331,6 +401,9 @@ class Encoder(nn.Module):
         self.ln = nn.LayerNorm(hidden_dim, eps=1e-6)
 
     def forward(self, input):
+        torch._assert(
+            input.dim() == 3, f"Expected (batch_size, seq_length, hidden_dim) got {input.shape}"
+        )
         return self.ln(self.layers(self.dropout(input + self.pos_embedding)))
 
 
@@ -349,9 +422,9 @@ class VisionTransformer(nn.Module):
         num_classes=1000,
     ):
         super().__init__()
-        self.patch_size, self.hidden_dim = patch_size, hidden_dim
+        self.image_size, self.patch_size, self.hidden_dim = image_size, patch_size, hidden_dim
         self.conv_proj = nn.Conv2d(3, hidden_dim, patch_size, patch_size)
-        self.class_token = nn.Parameter(torch.randn(1, 1, hidden_dim) * 0.02)
+        self.class_token = nn.Parameter(torch.zeros(1, 1, hidden_dim))
         seq_length = (image_size // patch_size) ** 2 + 1
         self.encoder = Encoder(seq_length, num_layers, num_heads, hidden_dim, mlp_dim)
         self.heads = nn.Sequential(OrderedDict(head=nn.Linear(hidden_dim, num_classes)))
@@ -359,13 +432,20 @@ class VisionTransformer(nn.Module):
     def forward(self, x):
         n, _, h, w = x.shape
         p = self.patch_size
+        torch._assert(
+            h == self.image_size, f"Wrong image height! Expected {self.image_size} but got {h}!"
+        )
+        torch._assert(
+            w == self.image_size, f"Wrong image width! Expected {self.image_size} but got {w}!"
+        )
         x = self.conv_proj(x).reshape(n, self.hidden_dim, (h // p) * (w // p)).permute(0, 2, 1)
         x = torch.cat([self.class_token.expand(n, -1, -1), x], dim=1)
         return self.heads(self.encoder(x)[:, 0])
 
 
-#: Each architecture's builder, by the name torchvision gives its builder; ``get_model`` builds
-#: them with the course's fixed seed (``common.models.VISION_NAMES``).
+#: Each architecture's builder, by the name torchvision gives its builder (``vit_tiny`` is the
+#: course's own name: torchvision has no ViT this small, see :class:`VisionTransformer`);
+#: ``get_model`` builds them with the course's fixed seed (``common.models.VISION_NAMES``).
 ARCHITECTURES = {
     "resnet18": lambda: ResNet(BasicBlock, [2, 2, 2, 2]),
     "resnet50": lambda: ResNet(Bottleneck, [3, 4, 6, 3]),

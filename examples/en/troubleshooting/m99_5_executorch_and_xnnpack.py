@@ -52,7 +52,12 @@ from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
 )
 from executorch.exir import to_edge, to_edge_transform_and_lower
 from executorch.runtime import Runtime
-from torchao.quantization import IntxWeightOnlyConfig, quantize_
+from torchao.quantization import (
+    Int8DynamicActivationIntxWeightConfig,
+    IntxWeightOnlyConfig,
+    quantize_,
+)
+from torchao.quantization.granularity import PerGroup
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
 from common.edge import delegated
@@ -145,9 +150,9 @@ assert torch.equal(run(portable.buffer, x), qdq(*x)), "portable kernels: the q/d
 # %%
 # RuntimeError: Missing out variants: {\'torchao::dequantize_affine\'}
 # --------------------------------------------------------------------
-# A model quantized with torchao's ``quantize_`` (here int8 weights, ``IntxWeightOnlyConfig``),
-# not with PT2E, fails to emit too, and ``executorch.kernels.quantized``, now loaded, does not
-# help (executorch#10663).
+# A model quantized with torchao's ``quantize_`` weight-only (here int8 weights,
+# ``IntxWeightOnlyConfig``) and given to ``to_edge`` with no partitioner fails to emit too, and
+# ``executorch.kernels.quantized``, now loaded, does not help (executorch#10663).
 
 torch.manual_seed(0)
 linear = nn.Sequential(nn.Linear(64, 32)).eval()
@@ -162,16 +167,47 @@ with expect_error(RuntimeError, match="Missing out variants: {'torchao::dequanti
 # **Cause**: ``quantize_`` swaps the weight for a tensor subclass; export writes its
 # dequantization as ``torchao.dequantize_affine``, torchao's op, not the
 # ``quantized_decomposed`` ops of PT2E, and no ExecuTorch kernel library has an out variant
-# for it.
+# for it: only a delegate can run it.
 
 ops = {str(n.target) for n in weight_only_program.graph.nodes if n.op == "call_function"}
 print(sorted(ops))
 assert "torchao.dequantize_affine.default" in ops, "torchao's own dequantize op"
 
 # %%
-# **Fix**: for ExecuTorch, quantize with PT2E and ``XNNPACKQuantizer``, whose q/dq ops
-# XNNPACK's partitioner takes into its delegates (the previous entry); ``is_dynamic=True`` is
-# the nearest to int8 weights with float activations. How a partitioner chooses its nodes is
+# **Fix**: lower with ``XnnpackPartitioner`` a recipe it reads. Its partitioner takes
+# torchao's ``choose_qparams_affine``, ``quantize_affine`` and ``dequantize_affine`` as it takes
+# PT2E's q/dq ops, with int8 activations quantized at run time: ``quantize_`` with
+# ``Int8DynamicActivationIntxWeightConfig`` (int8 dynamic activations, 4- or 8-bit weights; here
+# 4 bits in groups of 32), the recipe of ExecuTorch's own LLM export. The whole program goes
+# into one delegate, and on the runtime it computes what the ``quantize_`` model computes in
+# eager, within 0.01 (its 4-bit weights alone move the output ten times as far from the float
+# linear).
+
+llm_recipe = copy.deepcopy(linear)
+quantize_(
+    llm_recipe,
+    Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(32)),
+)
+llm_program = lowered(llm_recipe, tokens)
+outside = [
+    str(n.target) for n in llm_program.exported_program().graph.nodes if n.op == "call_function"
+]
+(inside,) = delegated(llm_program.exported_program()).values()
+with torch.no_grad():
+    eager, float_out = llm_recipe(*tokens), linear(*tokens)
+error = (run(llm_program.buffer, tokens) - eager).abs().max().item()
+rounding = (eager - float_out).abs().max().item()
+print(f"outside the delegate: {outside}")
+print(f"inside: {inside}")
+print(f"runtime vs quantize_ eager: {error:.5f}; quantize_ int4 vs float: {rounding:.5f}")
+assert set(outside) == {"executorch_call_delegate", "<built-in function getitem>"}, "whole"
+assert "aten_linear_default" in inside and any("dequantize_affine" in n for n in inside)
+assert error < 0.01 < rounding, "the runtime computes the quantize_ model, within 0.01"
+
+# %%
+# Or quantize with PT2E and ``XNNPACKQuantizer``, whose q/dq ops XNNPACK's partitioner takes
+# into its delegates (the previous entry); ``is_dynamic=True`` is the same kind of recipe,
+# with int8 weights only. How a partitioner chooses its nodes is
 # :ref:`M06-2 · Lowering to ExecuTorch
 # <sphx_glr_lessons_m06_executorch_m06_2_lowering_to_executorch.py>`.
 
@@ -181,11 +217,10 @@ print(f"PT2E dynamic on XNNPACK, largest difference from its q/dq model: {error.
 assert error.max() < 0.01, "the delegate computes what the q/dq model does"
 
 # %%
-# ``XnnpackPartitioner`` also takes the ``quantize_`` model's ``dequantize_affine`` →
-# ``linear`` into a delegate, and that program emits and runs; but on this stack its outputs
-# are far from the ``quantize_`` model's. They are the input times the raw int8 weights plus
-# the bias: the delegate drops the weights' scales. Check the values before you ship such a
-# program.
+# Not weight-only: ``XnnpackPartitioner`` also takes the weight-only model's
+# ``dequantize_affine`` → ``linear`` into a delegate, and that program emits and runs; but on
+# this stack its outputs are far from the ``quantize_`` model's. They are the input times the
+# raw int8 weights plus the bias: the delegate drops the weights' scales. Check the values before you ship such a program.
 
 weight = weight_only[0].weight  # torchao's tensor subclass: int8 ``qdata``, one scale a row
 out = run(lowered(weight_only, tokens).buffer, tokens)

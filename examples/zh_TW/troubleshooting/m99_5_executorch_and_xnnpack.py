@@ -49,7 +49,12 @@ from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
 )
 from executorch.exir import to_edge, to_edge_transform_and_lower
 from executorch.runtime import Runtime
-from torchao.quantization import IntxWeightOnlyConfig, quantize_
+from torchao.quantization import (
+    Int8DynamicActivationIntxWeightConfig,
+    IntxWeightOnlyConfig,
+    quantize_,
+)
+from torchao.quantization.granularity import PerGroup
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
 from common.edge import delegated
@@ -140,9 +145,9 @@ assert torch.equal(run(portable.buffer, x), qdq(*x)), "portable kernel：與 q/d
 # %%
 # RuntimeError: Missing out variants: {\'torchao::dequantize_affine\'}
 # --------------------------------------------------------------------
-# 用 torchao 的 ``quantize_`` （這裡是 int8 weight 的 ``IntxWeightOnlyConfig`` ）而不是 PT2E
-# 量化的模型，同樣無法輸出，而已經載入的 ``executorch.kernels.quantized`` 也幫不上忙
-# （executorch#10663）。
+# 用 torchao 的 ``quantize_`` 只量化 weight（這裡是 int8 weight 的 ``IntxWeightOnlyConfig`` ），
+# 再不經 partitioner 交給 ``to_edge`` 的模型，同樣無法輸出，而已經載入的
+# ``executorch.kernels.quantized`` 也幫不上忙（executorch#10663）。
 
 torch.manual_seed(0)
 linear = nn.Sequential(nn.Linear(64, 32)).eval()
@@ -156,16 +161,48 @@ with expect_error(RuntimeError, match="Missing out variants: {'torchao::dequanti
 # %%
 # **原因**： ``quantize_`` 把 weight 換成張量子類別；export 把它的反量化寫成
 # ``torchao.dequantize_affine`` ，這是 torchao 自己的運算，不是 PT2E 的 ``quantized_decomposed``
-# 運算，而沒有任何 ExecuTorch 的 kernel 函式庫提供它的 out 變體。
+# 運算，而沒有任何 ExecuTorch 的 kernel 函式庫提供它的 out 變體：只有 delegate 能執行它。
 
 ops = {str(n.target) for n in weight_only_program.graph.nodes if n.op == "call_function"}
 print(sorted(ops))
 assert "torchao.dequantize_affine.default" in ops, "torchao 自己的 dequantize 運算"
 
 # %%
-# **修正**：要給 ExecuTorch 用，就用 PT2E 與 ``XNNPACKQuantizer`` 量化，XNNPACK 的 partitioner
-# 會把它的 q/dq 運算收進 delegate（上一個條目）； ``is_dynamic=True`` 最接近「int8 weight、
-# 浮點活化值」。partitioner 如何挑選 node，見 :ref:`M06-2 · 下放到 ExecuTorch
+# **修正**：用 ``XnnpackPartitioner`` 下放一個它讀得懂的做法。它的 partitioner 會像收下 PT2E
+# 的 q/dq 運算一樣，收下 torchao 的 ``choose_qparams_affine`` 、 ``quantize_affine`` 與
+# ``dequantize_affine`` ，條件是活化值在執行時才量化成 int8：也就是 ``quantize_`` 搭配
+# ``Int8DynamicActivationIntxWeightConfig`` （int8 動態活化值，4 或 8 bit 的 weight；這裡是
+# 4 bit、每 32 個一組），ExecuTorch 自己匯出 LLM 時用的就是這個做法。整個程式會進到同一個
+# delegate，在執行環境上算出的值和 ``quantize_`` 模型在 eager 下算的相差不到 0.01（光是 4 bit
+# 的 weight，就讓輸出離浮點 linear 遠了十倍）。
+
+llm_recipe = copy.deepcopy(linear)
+quantize_(
+    llm_recipe,
+    Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(32)),
+)
+llm_program = lowered(llm_recipe, tokens)
+outside = [
+    str(n.target) for n in llm_program.exported_program().graph.nodes if n.op == "call_function"
+]
+(inside,) = delegated(llm_program.exported_program()).values()
+with torch.no_grad():
+    eager, float_out = llm_recipe(*tokens), linear(*tokens)
+error = (run(llm_program.buffer, tokens) - eager).abs().max().item()
+rounding = (eager - float_out).abs().max().item()
+print(f"delegate 之外：{outside}")
+print(f"delegate 之內：{inside}")
+print(
+    f"執行環境與 quantize_ eager 的差距：{error:.5f}；quantize_ int4 與浮點的差距：{rounding:.5f}"
+)
+assert set(outside) == {"executorch_call_delegate", "<built-in function getitem>"}, "整個收進去"
+assert "aten_linear_default" in inside and any("dequantize_affine" in n for n in inside)
+assert error < 0.01 < rounding, "執行環境算出的就是 quantize_ 模型的值，差距在 0.01 以內"
+
+# %%
+# 也可以改用 PT2E 與 ``XNNPACKQuantizer`` 量化，XNNPACK 的 partitioner 會把它的 q/dq 運算收進
+# delegate（上一個條目）； ``is_dynamic=True`` 是同一類做法，只是 weight 只有 int8。
+# partitioner 如何挑選 node，見 :ref:`M06-2 · 下放到 ExecuTorch
 # <sphx_glr_lessons_m06_executorch_m06_2_lowering_to_executorch.py>` 。
 
 dynamic_linear = quantized(linear, tokens, is_dynamic=True)
@@ -174,10 +211,10 @@ print(f"XNNPACK 上的 PT2E 動態量化，與它的 q/dq 模型的最大差距�
 assert error.max() < 0.01, "delegate 算出的就是 q/dq 模型算的"
 
 # %%
-# ``XnnpackPartitioner`` 也會把 ``quantize_`` 模型的 ``dequantize_affine`` → ``linear`` 收進
-# delegate，這個程式也能輸出、能執行；但在本站的環境上，它的輸出和 ``quantize_`` 模型相差很遠。
-# 輸出是輸入乘上未經縮放的 int8 weight 再加上 bias：delegate 丟掉了 weight 的 scale。交付這樣的
-# 程式之前，先檢查它的數值。
+# 只量化 weight 則不行： ``XnnpackPartitioner`` 也會把只量化 weight 的模型的
+# ``dequantize_affine`` → ``linear`` 收進 delegate，這個程式也能輸出、能執行；但在本站的環境上，
+# 它的輸出和 ``quantize_`` 模型相差很遠。輸出是輸入乘上未經縮放的 int8 weight 再加上 bias：
+# delegate 丟掉了 weight 的 scale。交付這樣的程式之前，先檢查它的數值。
 
 weight = weight_only[0].weight  # torchao 的張量子類別：int8 的 ``qdata`` ，每列一個 scale
 out = run(lowered(weight_only, tokens).buffer, tokens)

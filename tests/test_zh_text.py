@@ -5,8 +5,8 @@ import re
 from pathlib import Path
 
 import pytest
+from lesson_scripts import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 ZH_LESSONS = sorted((ROOT / "examples" / "zh_TW").rglob("*.py"))
 HAN = re.compile(r"[\u3400-\u9fff]")
 # Two plain English words in a row ("kernel size", "is float") are prose; identifiers,

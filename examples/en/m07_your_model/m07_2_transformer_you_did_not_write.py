@@ -154,7 +154,20 @@ def swap_attention(model: nn.TransformerEncoder) -> nn.TransformerEncoder:
 def quantized(model, *, dynamic=False):
     config = get_default_x86_inductor_quantization_config(is_dynamic=dynamic)
     prepared = prepare_pt2e(export_module(model, x), X86InductorQuantizer().set_global(config))
-    prepared(*x)  # calibration: one batch (the dynamic config observes nothing here)
+    prepared(*x)  # calibration: one batch (the dynamic config observes only the weights here)
+    # The observers that recorded a range: with the dynamic config only the weights' per-channel
+    # observers; the activations' PlaceholderObservers hold no state, their scale is measured per
+    # batch at run time. The static config adds the activations' histograms.
+    empty = torch.tensor([])
+    recorded = {
+        type(m).__name__
+        for m in prepared.modules()
+        if getattr(m, "min_val", empty).isfinite().any()
+    }
+    weights_only = {"PerChannelMinMaxObserver"}
+    assert recorded == (weights_only if dynamic else weights_only | {"HistogramObserver"}), (
+        f"observers that recorded a range during calibration: {sorted(recorded)}"
+    )
     return convert_pt2e(prepared)
 
 

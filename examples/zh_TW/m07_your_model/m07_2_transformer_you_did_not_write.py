@@ -142,8 +142,8 @@ def additive(mask, dtype):
 def swap_attention(model: nn.TransformerEncoder) -> nn.TransformerEncoder:
     for encoder_layer in model.layers:
         encoder_layer.self_attn = Attention.from_mha(encoder_layer.self_attn)
-    # TransformerEncoder.__init__ 依 MHA 的屬性決定要不要用 nested tensor；
-    # 若 _qkv_same_embed_dim 是 False，它會決定不用。
+    # TransformerEncoder.__init__ 建構時已依 MHA 的屬性選了 nested tensor；若當時
+    # _qkv_same_embed_dim 就是 False，它本來會選擇不用，所以這裡自己關掉。
     model.use_nested_tensor = False
     return model
 
@@ -151,12 +151,24 @@ def swap_attention(model: nn.TransformerEncoder) -> nn.TransformerEncoder:
 def quantized(model, *, dynamic=False):
     config = get_default_x86_inductor_quantization_config(is_dynamic=dynamic)
     prepared = prepare_pt2e(export_module(model, x), X86InductorQuantizer().set_global(config))
-    prepared(*x)  # 校準：一個批次（動態設定在這裡不觀察任何東西）
+    prepared(*x)  # 校準：一個批次（動態設定在這裡只讓 weight 的 observer 看過資料）
+    # 記下了範圍的 observer：動態設定只有 weight 的 per-channel observer；活化值的
+    # PlaceholderObserver 沒有狀態，scale 在執行時逐批次量測。靜態設定還有活化值的直方圖。
+    empty = torch.tensor([])
+    recorded = {
+        type(m).__name__
+        for m in prepared.modules()
+        if getattr(m, "min_val", empty).isfinite().any()
+    }
+    weights_only = {"PerChannelMinMaxObserver"}
+    assert recorded == (weights_only if dynamic else weights_only | {"HistogramObserver"}), (
+        f"校準時記下範圍的 observer：{sorted(recorded)}"
+    )
     return convert_pt2e(prepared)
 
 
 def attention_linears(gm) -> list[str]:
-    """記錄在某一層 ``self_attn`` 裡的 linear node。"""
+    """``nn_module_stack`` 記在某一層 ``self_attn`` 底下的 linear node。"""
     linears = gm.graph.find_nodes(op="call_function", target=aten.linear.default)
     return [
         n.name for n in linears if "self_attn" in list(n.meta["nn_module_stack"].values())[-1][0]
@@ -195,8 +207,9 @@ assert read == [
 # %%
 # 步驟 2 — 原樣的 encoder，x86 把什麼留在浮點數
 # ---------------------------------------------
-# M07-1 的覆蓋報告：八個 linear 裡，前饋層的四個是 int8；每一層打包的 q／k／v 投影與輸出
-# 投影，都是 ``nn.MultiheadAttention`` 裡的 ``F.linear`` 呼叫，留在浮點數。
+# M07-1 的報告（ ``common.coverage`` ）：八個 linear 裡，前饋層的四個是 int8；每一層
+# 打包的 q／k／v 投影與輸出投影，都是 ``nn.MultiheadAttention`` 裡的 ``F.linear`` 呼叫，
+# 留在浮點數。
 
 report = coverage(export_module(encoder, x), x86_quantizer())
 print(report.summary())
@@ -278,12 +291,12 @@ assert len(attention_linears(ours_first)) == 4 and int8_linears(ours_first) == 6
 # %%
 # 步驟 5 — 讓它們賽跑，再讀 kernel
 # --------------------------------
-# ``race`` （M03-3）在計時用的執行緒數下開啟 freezing 編譯每個模型，並讀出各自執行了哪些 kernel。
+# ``race`` （M03-3）以計時用的執行緒數、開啟 freezing 編譯每個模型，並讀出各自執行了哪些 kernel。
 # 兩個 int8 encoder 的十二個 linear 都執行 oneDNN 的 int8 linear，沒有任何浮點 linear
 # kernel（ ``aten::addmm`` 、MKL 或 oneDNN 的浮點 linear）。時間是這台機器的，只印出、從不
 # assert。有 VNNI 時 int8 的幾列比較快，但不到 M03-3 那個 4× 上限，因為 attention、layer
-# norm 與活化值的量化仍是浮點數；沒有 VNNI（AVX2）時，oneDNN 的 int8 linear 可能輸給 fp32
-# （M03-3）。表格下方的 CPU 說明這一頁是在哪一種情況下建置的。
+# norm，以及量化活化值這一步，仍以浮點數計算；沒有 VNNI（AVX2）時，oneDNN 的 int8 linear
+# 可能輸給 fp32（M03-3）。表格下方的 CPU 說明這一頁是在哪一種情況下建置的。
 
 timings = race({"fp32": export_module(ours, x), "int8 靜態": static, "int8 動態": dynamic}, x)
 print(timings.table())
@@ -306,7 +319,7 @@ for label in ("int8 靜態", "int8 動態"):
 # ==========================================  ==============================================
 #
 # 可直接替換的模組需要 MHA 的呼叫方式、它的回傳值 ``(output, weights)`` ，以及這一層與
-# encoder 會讀取的屬性： ``batch_first`` 決定版面配置， ``_qkv_same_embed_dim`` 與
+# encoder 會讀取的屬性： ``batch_first`` 決定維度順序， ``_qkv_same_embed_dim`` 與
 # ``in_proj_weight`` ／ ``in_proj_bias`` 關閉快速路徑（練習 3 是另一個開關：hook）。
 #
 # 練習

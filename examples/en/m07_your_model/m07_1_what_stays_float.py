@@ -9,9 +9,10 @@ refuses the graph outright, because one activation module is called at several p
 strict export fixes that, and then it leaves the squeeze-excitation's broadcast ``mul``
 float where ExecuTorch's ``XNNPACKQuantizer`` quantizes every compute op. On
 ``nn.TransformerEncoderLayer`` the roles turn: x86 leaves the attention's two linears, SDPA
-and both residual adds float, XNNPACK only SDPA. On six of torchvision's architectures
-(ResNet18 and 50, MobileNetV2 and V3, EfficientNet-B0, a ViT) the same rules decide: x86 refuses
-the ResNets' reused ``self.relu`` and leaves every squeeze-excitation ``mul`` float.
+and both residual adds float, XNNPACK only SDPA. On torchvision's architectures (four on
+this page: ResNet18, MobileNetV2 and V3, a ViT; ResNet50 and EfficientNet-B0 in exercise 3) the
+same rules decide: x86 refuses the ResNets' reused ``self.relu`` and leaves every
+squeeze-excitation ``mul`` float.
 
 **What you will learn**
 

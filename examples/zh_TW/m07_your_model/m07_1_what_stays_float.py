@@ -6,11 +6,13 @@ M07-1 我的 quantizer 會把什麼留在浮點數？
 又是為什麼。 ``common.coverage`` 依據 quantizer 寫下的 annotation 與它自己的規則回答。在一個
 MobileNet 式 CNN 上， ``X86InductorQuantizer`` 一開始就拒絕整張圖，因為有一個活化模組在好幾個
 地方被呼叫；strict 匯出修好這一點之後，它把 squeeze-excitation 裡需要廣播的 ``mul`` 留在
-浮點數，而 ExecuTorch 的 ``XNNPACKQuantizer`` 把每個計算運算都量化了。到了
-``nn.TransformerEncoderLayer`` ，角色對調：x86 把 attention 的兩個 linear、SDPA 與兩個殘差
-add 都留在浮點數，XNNPACK 只留下 SDPA。在 torchvision 的六個架構上（ResNet18 與 50、
-MobileNetV2 與 V3、EfficientNet-B0、一個 ViT）也是同樣的規則在決定：x86 拒絕 ResNet 重複
-使用的 ``self.relu`` ，並把每個 squeeze-excitation 的 ``mul`` 留在浮點數。
+浮點數，而 ExecuTorch 的 ``XNNPACKQuantizer`` 把每個計算運算（conv、linear、matmul、
+attention，以及兩個張量之間的 add 與 mul；不含 view、reshape 這類搬移資料的運算）都量化了。
+到了 ``nn.TransformerEncoderLayer`` ，角色對調：x86 把 attention 的兩個 linear、SDPA 與兩個
+殘差 add 都留在浮點數，XNNPACK 只留下 SDPA。在 torchvision 的架構上（本頁四個：ResNet18、
+MobileNetV2 與 V3、一個 ViT；ResNet50 與 EfficientNet-B0 在練習 3）也是同樣的規則在決定：
+x86 拒絕 ResNet 重複使用的 ``self.relu`` ，並把每個 squeeze-excitation 的 ``mul`` 留在
+浮點數。
 
 **你會學到**
 
@@ -138,8 +140,8 @@ def quantized_block(quantizer):
 # --------------------------
 # ``coverage(model, quantizer)`` 對匯出的圖的副本執行 prepare，讀取每個計算運算的
 # annotation。這個 CNN 照 ``export_module`` 的方式（non-strict）匯出後，x86 quantizer 自己就
-# 失敗了：它的 conv + 一元運算的模式每個模組取一個來源分割，而被呼叫兩次的模組是一個有兩個
-# 輸出的分割。報告的錯誤訊息指出哪些模組在好幾個地方被呼叫，以及兩種解法。
+# 失敗了：它比對 conv + 一元運算的模式時，每個模組只取一個來源分割；被呼叫兩次的模組，
+# 就成了一個有兩個輸出的分割。報告的錯誤訊息指出哪些模組在好幾個地方被呼叫，以及兩種解法。
 
 model = build()
 graph = export_module(model, images)
@@ -180,7 +182,7 @@ assert x86["add_"].status == "int8 fused" and xnnpack["add_"].status == "int8 st
 # 步驟 3 — 看見浮點的 mul
 # -----------------------
 # 同一個 block，分別由兩者量化。在 x86 下，squeeze-excitation 的 ``mul`` （醒目標示）以浮點數
-# 讀取兩個輸入——hardswish 的輸出與 gate——只有它的結果為了投影 conv 而被量化；在 XNNPACK
+# 讀取兩個輸入——hardswish 的輸出與 gate——只有它的輸出被量化，交給後面的投影 conv；在 XNNPACK
 # 下，兩個輸入都經過 dequantize node。
 
 dequantize = torch.ops.quantized_decomposed.dequantize_per_tensor.default
@@ -228,7 +230,7 @@ assert xnnpack_layer.counts() == {"linear": (4, 4), "attention": (0, 1), "add": 
 # %%
 # 步驟 5 — torchvision 的架構
 # ---------------------------
-# ``get_model`` 建得出六個照 torchvision 0.28 寫法寫成的架構，深度與寬度都是原尺寸：ResNet18
+# ``get_model`` 能建出六個架構，寫法照 torchvision 0.28，深度與寬度都是原尺寸：ResNet18
 # 與 ResNet50、MobileNetV2、MobileNetV3-small、EfficientNet-B0 與一個小型 ViT
 # （ ``common.vision_models`` ；torchvision 本身無法與這個 CPU 版的 torch 一起匯入，見該模組的
 # 說明）。這裡取其中四個，各有自己的寫法習慣，照 ``export_module`` 的方式匯出（non-strict），
@@ -312,18 +314,18 @@ assert all(i == n for i, n in resnet_x86.counts().values())
 # %%
 # 步驟 6 — ExecuTorch 的 QuantizerReporter
 # ----------------------------------------
-# ExecuTorch 1.5.1 附有自己的報告 ``QuantizerReporter``
-# （ ``executorch.backends.cortex_m.quantizer_reporter`` ）。它報告的是 quantizer 在標註時
-# 告訴它的事，透過 ``QuantizerReporterUser`` 介面（ ``get_quantizer_info`` 、
-# ``register_reporter`` ）；實作這個介面的是 ExecuTorch 的 Cortex-M 與 Arm quantizer，而它們
+# ExecuTorch 1.5.1 附有自己的報告工具 ``QuantizerReporter``
+# （ ``executorch.backends.cortex_m.quantizer_reporter`` ）。它回報的，是 quantizer 在標註時
+# 透過 ``QuantizerReporterUser`` 介面（ ``get_quantizer_info`` 、 ``register_reporter`` ）
+# 告訴它的事；實作這個介面的是 ExecuTorch 的 Cortex-M 與 Arm quantizer，而它們
 # 需要 PyPI 上沒有的 ``tosa_serializer`` ，在這裡無法匯入：
 
 with expect_error(ModuleNotFoundError, match="tosa_serializer"):
     importlib.import_module("executorch.backends.cortex_m.quantizer.quantizer")
 
 # %%
-# ``XNNPACKQuantizer`` 與 ``X86InductorQuantizer`` 兩個方法都沒有實作，所以這個報告用不到
-# 它們身上：
+# ``XNNPACKQuantizer`` 與 ``X86InductorQuantizer`` 都沒有實作這兩個方法，所以這份報告對它們
+# 不適用：
 
 from executorch.backends.cortex_m.quantizer_reporter import QuantizerReporter
 
@@ -342,7 +344,7 @@ assert not any(hasattr(q, "get_quantizer_info") for q in (x86_quantizer(), xnnpa
 # 就地的殘差 ``add_``                 int8，與 conv 融合        int8，獨立的運算
 # squeeze-excitation 的 ``mul``       浮點數：形狀不同          int8
 # MHA 的 linear                       浮點數：不是 nn.Linear    int8（依運算比對）
-# attention 之後的殘差 add            浮點數：沒有可融合的      int8
+# attention 之後的殘差 add            浮點數：前面沒有可融合的  int8
 # ``scaled_dot_product_attention``    浮點數                    浮點數
 # ==================================  ========================  ===========================
 #

@@ -1,8 +1,10 @@
-"""Exporting models for the lessons, frozen constants in their graphs, and silencing the
-stack's known import noise."""
+"""Exporting models for the lessons, counting and finding nodes in their graphs, frozen constants
+in them, and silencing the stack's known import noise."""
 
+import difflib
 import logging
 import warnings
+from collections import Counter
 
 import torch
 from torch import nn
@@ -10,6 +12,8 @@ from torch import nn
 __all__ = [
     "calibrate",
     "export_module",
+    "node_named",
+    "op_counts",
     "quiet",
     "remove_unused_constants",
     "replace_with_constant",
@@ -59,6 +63,88 @@ def export_module(model: nn.Module, args: tuple) -> torch.fx.GraphModule:
             "on tensor values (use torch.cond), and see the full error above."
         ) from e
     return program.module()
+
+
+def _graph_of(gm, caller: str) -> torch.fx.Graph:
+    graph = getattr(gm, "graph", None)
+    if not isinstance(graph, torch.fx.Graph):
+        raise TypeError(
+            f"{caller} needs a torch.fx.GraphModule, got {type(gm).__name__}; "
+            "export the model first: export_module(model, args)"
+        )
+    return graph
+
+
+def _op_name(target) -> str:
+    name = str(target)
+    if name.startswith("<"):  # a Python function, e.g. operator.getitem: its name, no address
+        name = getattr(target, "__name__", name)
+    return name.removeprefix("quantized_decomposed.")
+
+
+def op_counts(gm: torch.fx.GraphModule) -> Counter:
+    """How many ``call_function`` nodes of ``gm`` call each operator.
+
+    An operator is named by its namespace, op and overload, as ``str(node.target)`` writes it
+    (``aten.conv2d.default``, ``onednn.qconv_pointwise.default``), except the q/dq ops, written
+    without their ``quantized_decomposed.`` namespace (``quantize_per_tensor.default``), and a
+    Python function (``operator.getitem``), written by its name (``getitem``).
+
+    Args:
+        gm: a ``GraphModule`` (an ``ExportedProgram`` works too).
+
+    Returns:
+        collections.Counter: operator name -> number of nodes; a missing name counts 0.
+
+    Raises:
+        TypeError: if ``gm`` has no ``torch.fx`` graph (export the model first).
+
+    >>> from common.models import example_inputs, get_model
+    >>> gm = export_module(get_model("conv_relu"), example_inputs(2))
+    >>> op_counts(gm)
+    Counter({'aten.conv2d.default': 1, 'aten.relu.default': 1})
+    >>> op_counts(gm)["quantize_per_tensor.default"]
+    0
+    """
+    graph = _graph_of(gm, "op_counts")
+    return Counter(_op_name(node.target) for node in graph.nodes if node.op == "call_function")
+
+
+def node_named(gm: torch.fx.GraphModule, name: str) -> torch.fx.Node:
+    """The node of ``gm`` called ``name``, the name ``print(gm.graph)`` shows.
+
+    Args:
+        gm: a ``GraphModule`` (an ``ExportedProgram`` works too).
+        name: a node's name, e.g. ``"conv2d"``.
+
+    Returns:
+        torch.fx.Node: that node.
+
+    Raises:
+        TypeError: if ``gm`` has no ``torch.fx`` graph (export the model first).
+        ValueError: if no node has that name; the message lists the closest names.
+
+    >>> from common.models import example_inputs, get_model
+    >>> gm = export_module(get_model("conv_relu"), example_inputs(2))
+    >>> node_named(gm, "conv2d").args[0].name
+    'x'
+    >>> node_named(gm, "conv")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: no node named 'conv' in this graph; close names: conv2d, conv_bias, ...
+    """
+    graph = _graph_of(gm, "node_named")
+    for node in graph.nodes:
+        if node.name == name:
+            return node
+    names = [node.name for node in graph.nodes]
+    close = difflib.get_close_matches(str(name), names, n=5, cutoff=0.5)
+    hint = f"close names: {', '.join(close)}" if close else f"its nodes: {', '.join(names[:8])}"
+    if not close and len(names) > 8:
+        hint += ", ..."
+    raise ValueError(
+        f"no node named {name!r} in this graph; {hint} (print(gm.graph) lists all {len(names)})"
+    )
 
 
 def calibrate(model: torch.fx.GraphModule, *, batches: int = 4, batch: int | None = None) -> None:

@@ -6,7 +6,7 @@ PT2E quantizer 只負責寫 annotation；annotation 寫了什麼、結果能在�
 後端寫的。一個小 CNN 依序交給這台機器上匯入得了的每個 quantizer：torchao 的
 ``X86InductorQuantizer`` 與 ``ArmInductorQuantizer`` ，ExecuTorch 的 ``XNNPACKQuantizer`` 與
 ``OpenVINOQuantizer`` （NNCF）。它們對哪些運算變成 int8 意見一致，其他都不同：活化值用
-uint8 還是 int8、仿射還是對稱、weight 是 per-channel 還是 per-tensor、殘差 add 併入 conv
+uint8 還是 int8、仿射還是對稱、weight 是 per-channel 還是 per-tensor、殘差 add 融合進 conv
 還是自成一個運算。
 課程手寫的 ``prepare`` ／ ``convert`` 在四者之下都得到和 torchao 完全相同的數值；其中三個
 接著在這裡執行 int8 kernel，而 ``use_reference_representation=True`` 把 int8 的 q/dq 運算改寫成
@@ -106,8 +106,8 @@ graph = export_module(model, images)
 
 # %%
 # ``quantize`` 執行 prepare、校準與 convert，用 torchao 的或課程的版本；
-# ``quantized_outputs`` 列出 prepare 後的圖觀察其輸出的 node（也就是 convert 會變成 q/dq
-# 的那些邊）。
+# ``quantized_outputs`` 列出在 prepare 後的圖裡、輸出接著 observer 的 node（也就是 convert
+# 會變成 q/dq 的那些邊）。
 
 
 def quantize(quantizer, *, passes=(prepare_pt2e, convert_pt2e), **convert_options):
@@ -131,7 +131,7 @@ def quantized_outputs(quantizer) -> set[str]:
 # %%
 # 步驟 1 — 匯入每個 quantizer
 # ---------------------------
-# ExecuTorch 1.5.1 附帶的 quantizer 比這裡能執行的後端還多。它的 Arm TOSA／Ethos-U
+# ExecuTorch 1.5.1 附帶的 quantizer 所支援的後端，比這裡能執行的還多。它的 Arm TOSA／Ethos-U
 # quantizer 與 Cortex-M quantizer 都會匯入 ``tosa_serializer`` ，這個套件要從 TOSA 工具的
 # 原始碼建置，PyPI 上沒有：它們無法匯入。
 
@@ -169,7 +169,7 @@ quantizers = {
 # 步驟 2 — 變成 int8 的運算相同
 # -----------------------------
 # 在同一張匯出的圖上執行 ``coverage`` （M07-1），每個 quantizer 一欄。在這個模型上，四者都把
-# 每個 conv、殘差 add 與兩個 linear 變成 int8；x86 與 Arm 把 add 併入它前面的 conv
+# 每個 conv、殘差 add 與兩個 linear 變成 int8；x86 與 Arm 把 add 融合進它前面的 conv
 # （ ``conv + add`` 是一個 int8 kernel），XNNPACK 與 OpenVINO 則把它當成獨立的運算來量化。
 
 reports = {name: coverage(graph, make()) for name, make in quantizers.items()}
@@ -218,9 +218,9 @@ assert zero_points["openvino"] == [127] and 0 in zero_points["x86"]
 # 步驟 4 — observer 放在哪裡
 # --------------------------
 # 各 quantizer 量化哪些輸出也不同。OpenVINO（NNCF）量化的是要變成 int8 的運算「前面」那些
-# 運算的輸出，x86 量化的是自己模式的輸入。下圖是 OpenVINO convert 後的圖，標示的是
-# OpenVINO 量化、x86 沒有量化其輸出的 node。 ``conv2d_2`` 就在其中：在 x86 之下，它的輸出
-# 直接流進併在一起的 add。
+# 運算的輸出，x86 量化的是自己模式的輸入。下圖是 OpenVINO convert 後的圖；醒目標示的
+# node，輸出有被 OpenVINO 量化、卻沒有被 x86 量化。 ``conv2d_2`` 就在其中：在 x86 之下，
+# 它的輸出直接流進與它融合的 add。
 
 only_openvino = sorted(quantized_outputs(OpenVINOQuantizer()) - quantized_outputs(x86_quantizer()))
 print(f"只有 OpenVINO 量化：{only_openvino}")
@@ -228,7 +228,7 @@ assert "conv2d_2" in only_openvino
 draw(converted["openvino"], highlight=only_openvino, title="OpenVINO：x86 留在浮點數的輸出")
 
 # %%
-# x86 的圖，標示併在一起的 add： ``conv2d_2`` 不經過 q/dq 就把輸出交給它。
+# x86 的圖，醒目標示融合的 add： ``conv2d_2`` 不經過 q/dq 就把輸出交給它。
 
 draw(converted["x86"], highlight=["conv2d_2", "add"], title="x86：conv + add，一個 int8 kernel")
 (add,) = converted["x86"].graph.find_nodes(op="call_function", target=torch.ops.aten.add.Tensor)
@@ -252,7 +252,7 @@ for name, make in quantizers.items():
 # ----------------------------
 # q/dq 圖在哪裡都能執行，但它用浮點數計算。要執行 int8 kernel，得有後端接手這張圖。
 # **x86**：torchao 的 lowering（M03）把 x86 的圖變成 oneDNN 的 int8 運算。在 Arm 的圖
-# （int8 活化值）裡，它找不到任何自己的模式：Arm 的做法是為 Arm CPU 上的 Inductor
+# （int8 活化值）裡，它找不到任何自己的模式：Arm 的配方是為 Arm CPU 上的 Inductor
 # 設計的，而這台機器是：
 
 print(platform.machine())
@@ -291,7 +291,7 @@ print(f"XNNPACK vs q/dq：{(on_xnnpack - converted['xnnpack'](*images)).abs().ma
 delegates = delegated(manager.exported_program())
 kernels = ("aten_convolution", "aten_linear", "aten_add")
 computed = [n for names in delegates.values() for n in names if n.startswith(kernels)]
-print(f"{len(delegates)} 個 XNNPACK 委派，執行 {len(computed)} 個 conv、linear 與 add")
+print(f"{len(delegates)} 個 XNNPACK delegate，執行 {len(computed)} 個 conv、linear 與 add")
 assert len(computed) == 6, "每個 conv、linear 與 add 都在 XNNPACK 裡執行"
 
 # %%
@@ -370,7 +370,7 @@ print(f"reference vs q/dq：{(reference(*images) - converted['xnnpack'](*images)
 #          arm_reference = op_counts(arm)
 #          print(dict(arm_reference.most_common()))
 #          assert arm_reference["q/dq"] == 0, "每個 int8 的 q/dq 都被改寫"
-#          assert arm_reference["out_dtype"] == 0, "沒有 int32 運算：Arm 把 add 併入了 conv"
+#          assert arm_reference["out_dtype"] == 0, "沒有 int32 運算：Arm 把 add 融合進了 conv"
 #
 # 2. 要求 OpenVINO 使用 ``QuantizationMode.INT8_MIXED`` （ ``OpenVINOQuantizer(mode=...)`` ）。
 #    預測活化值的 spec。

@@ -7,7 +7,7 @@ node 留在浮點數。這是處理「int8 會傷到的那一層」的工具—�
 手寫數字 ViT 裡埋一個離群通道（浮點模型算的仍是同一個函式），用兩種方法找出被它傷到的那一層：
 輪流把每一層留在浮點數，以及 torchao 的數值除錯器；把 SQNR 畫在圖上；接著不靠任何浮點退回就
 修好它：親手做 SmoothQuant，把離群值的 scale 從活化值搬進下一個 linear 的 weight。最後看
-時間的代價：四個 block 的 encoder 的 fp32、int8 靜態與 int8 動態版本，加上 freezing編譯後，在這顆
+時間的代價：四個 block 的 encoder 的 fp32、int8 靜態與 int8 動態版本，開啟 freezing 編譯後，在這顆
 CPU 的 int8 路徑與 AVX2 上計時。
 
 **你會學到**
@@ -311,8 +311,8 @@ else:
 # 套件存在 ``build/cache/`` ，鍵是程式本身、torch 的版本、kernel 路徑與計時用的執行緒數
 # （inductor 會把執行緒數寫進它產生的程式碼），所以重建網站時直接載入，不必再編譯一次。
 # assert 檢查的是編譯器的產物：直接讀每個套件產生的 C++。浮點 encoder 呼叫 oneDNN 的浮點
-# linear，兩個 int8 encoder 的 24 個 linear 全都呼叫它的 int8 linear，殘差的加法併入
-# out 投影與 ``fc2`` 。
+# linear，兩個 int8 encoder 的 24 個 linear 全都呼叫它的 int8 linear，殘差的加法與
+# out 投影、 ``fc2`` 融合。
 
 encoder = get_model("encoder")
 tokens = example_inputs(4, shape=input_shape("encoder"))

@@ -171,9 +171,9 @@ assert "torchao.dequantize_affine.default" in ops, "torchao 自己的 dequantize
 # **修正**：用 ``XnnpackPartitioner`` 下放一個它讀得懂的做法。它的 partitioner 會像收下 PT2E
 # 的 q/dq 運算一樣，收下 torchao 的 ``choose_qparams_affine`` 、 ``quantize_affine`` 與
 # ``dequantize_affine`` ，條件是活化值在執行時才量化成 int8：也就是 ``quantize_`` 搭配
-# ``Int8DynamicActivationIntxWeightConfig`` （int8 動態活化值，4 或 8 bit 的 weight；這裡是
-# 4 bit、每 32 個一組），ExecuTorch 自己匯出 LLM 時用的就是這個做法。整個程式會進到同一個
-# delegate，在執行環境上算出的值和 ``quantize_`` 模型在 eager 下算的相差不到 0.01（光是 4 bit
+# ``Int8DynamicActivationIntxWeightConfig`` （int8 動態活化值，4 或 8 位元的 weight；這裡是
+# 4 位元、每 32 個一組），ExecuTorch 自己匯出 LLM 時用的就是這個做法。整個程式會進到同一個
+# delegate，在執行環境上算出的值和 ``quantize_`` 模型在 eager 下算的相差不到 0.01（光是 4 位元
 # 的 weight，就讓輸出離浮點 linear 遠了十倍）。
 
 llm_recipe = copy.deepcopy(linear)

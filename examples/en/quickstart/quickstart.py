@@ -6,7 +6,7 @@ A CNN trained on real handwritten digits goes through PT2E quantization — expo
 ``X86InductorQuantizer``, calibration, ``convert_pt2e`` — and ``torch.compile`` with freezing
 turns it into real int8 kernels. Then it is measured against the float model: accuracy on 500
 images it never saw, speed on this CPU (with the kernels each model really ran), and size on
-disk. Every line of this page is a module of the course: each step links to the lesson that
+disk. Every step of this page is a module of the course: each step links to the lesson that
 explains it, and a checklist at the end lists the traps that make int8 no faster than float.
 
 **What you will learn**
@@ -100,11 +100,11 @@ assert not raced.kernels["fp32"].int8, "the float model ran no int8 kernel"
 # %%
 # Step 4 — Speed
 # --------------
-# The numbers belong to the CPU the page ran on, named in the table's header. With **VNNI**
-# (or AMX) oneDNN multiplies int8 several times faster than float, and a model this wide runs
-# about 2–3× faster in int8 (the ceiling is 4×: M03-3 says where the rest goes); without VNNI
-# the lead stays modest. The spread column says how far apart the middle 80 % of the rounds
-# lie: two medians whose difference is inside it are a tie, not a ranking.
+# The numbers belong to the CPU the page ran on, named in the line under the table's rows.
+# With **VNNI** (or AMX) oneDNN multiplies int8 several times faster than float, and a model
+# this wide runs about 2–3× faster in int8 (the ceiling is 4×: M03-3 says where the rest goes);
+# without VNNI the lead stays modest. The spread column says how far apart the middle 80 % of
+# the rounds lie: two medians whose difference is inside it are a tie, not a ranking.
 
 speedup, spreads = raced.ratio("fp32", "int8"), [raced[k].spread for k in ("fp32", "int8")]
 print(f"int8 runs {speedup:.2f}× as fast as fp32 (spreads {spreads[0]:.0%}, {spreads[1]:.0%})")

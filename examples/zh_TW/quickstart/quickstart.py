@@ -40,7 +40,7 @@ from common.pt2e import quiet, x86_quantizer
 from common.timing import race
 from common.viz import draw
 
-quiet()  # 這套工具已知的匯入雜訊（torchao 只給 CUDA 用的 kernel、棄用警告）
+quiet()  # 這套環境已知的匯入雜訊（torchao 只給 CUDA 用的 kernel、棄用警告）
 # inductor 的 int8 lowering 複製 zero point 張量的方式，會觸發 torch 自己的警告。
 warnings.filterwarnings("ignore", message="To copy construct from a tensor", category=UserWarning)
 
@@ -99,10 +99,10 @@ assert not raced.kernels["fp32"].int8, "浮點模型沒有執行任何 int8 kern
 # %%
 # 步驟 4 — 速度
 # -------------
-# 這些數字屬於執行這一頁的 CPU，表格的開頭寫著它的說明。有 **VNNI** （或 AMX）時，oneDNN 做
-# int8 乘法比浮點數快好幾倍，這麼寬的模型用 int8 大約快 2～3 倍（上限是 4 倍：M03-3 說明其餘的
-# 差距到哪裡去了）；沒有 VNNI 的話，領先的幅度有限。spread 一欄是中間 80% 輪次的分布寬度：
-# 兩個中位數的差距若落在它之內，就是平手，不能排名次。
+# 這些數字屬於執行這一頁的 CPU；表格中各模型那幾列的下方，印著這顆 CPU 的說明。有
+# **VNNI** （或 AMX）時，oneDNN 做 int8 乘法比浮點數快好幾倍，這麼寬的模型用 int8 大約快
+# 2～3 倍（上限是 4 倍：M03-3 說明其餘的差距到哪裡去了）；沒有 VNNI 的話，領先的幅度有限。
+# spread 一欄是中間 80% 輪次的分布寬度：兩個中位數的差距若落在它之內，就是平手，不能排名次。
 
 speedup, spreads = raced.ratio("fp32", "int8"), [raced[k].spread for k in ("fp32", "int8")]
 print(f"int8 的速度是 fp32 的 {speedup:.2f} 倍（spread {spreads[0]:.0%}、{spreads[1]:.0%}）")
@@ -165,7 +165,7 @@ assert int8_weights <= 0.3 * fp32_weights, "int8 weight 大約只佔四分之一
 #    ``torch._dynamo.reset()``）不會開 freezing，執行的是浮點數 conv。
 # 3. **在** ``torch.no_grad()`` **之下編譯與執行**：inductor 只在關閉梯度時才會做 freezing。
 # 4. **編譯與計時用同樣的執行緒數**：inductor 會把執行緒數寫進它產生的程式碼。
-# 5. **檢查實際執行的 kernel**：在你要服務的輸入上用 ``common.kernels.kernels_run``
+# 5. **檢查實際執行的 kernel**：在上線後實際會收到的輸入上用 ``common.kernels.kernels_run``
 #    （profiler），而不是 inductor 的計數器，那只描述第一次編譯。
 #
 # ``common.timing.race`` 五條都做到了。疑難排解頁

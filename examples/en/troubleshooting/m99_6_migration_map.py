@@ -275,7 +275,7 @@ for m in logged.values():
 results = compare_results(*(extract_results_from_loggers(m) for m in logged.values()))
 sqnrs = {info.name: round(s.results[0].sqnr.item(), 1) for info, s in results.items()}
 print(f"SQNR (dB): {sqnrs}")
-assert sqnrs and min(sqnrs.values()) > 20, "every compared node within 20 dB of float"
+assert sqnrs and min(sqnrs.values()) > 20, "every compared node above 20 dB"
 
 # %%
 # move_exported_model_to_eval and move_exported_model_to_train

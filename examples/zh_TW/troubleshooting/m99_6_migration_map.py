@@ -4,7 +4,7 @@
 
 PT2E 量化起初放在 ``torch.ao.quantization`` ，後來搬到 torchao，邊緣裝置用的 quantizer 又再搬到
 ExecuTorch。教學、問答與舊程式碼仍然從舊位置匯入。這一頁就是對照表：讀者會遇到的每個 API，列出
-舊的匯入、它在本站環境（torch 2.13、torchao 0.18、executorch 1.5.1）上的結果，以及新的匯入。兩者
+舊的匯入、它在本站環境（torch 2.13、torchao 0.18、executorch 1.5.1）上的行為，以及新的匯入。兩者
 都實際執行：下面的對照表逐列執行，每個條目重現舊匯入的錯誤（或不報錯的陷阱），以 assert 驗證新的
 匯入確實可用，並連到使用它的那一課。大多數舊匯入會直接失敗；有三個仍然匯入得了，做的卻是別的事，
 這更糟。
@@ -18,7 +18,7 @@ ExecuTorch。教學、問答與舊程式碼仍然從舊位置匯入。這一頁�
 # %%
 # 準備
 # ----
-# ``common.migration`` 保存對照表的每一列（ ``MOVES`` ）：API、舊的匯入、舊匯入在這裡的結果
+# ``common.migration`` 保存對照表的每一列（ ``MOVES`` ）：API、舊的匯入、舊匯入在這裡的行為
 # （ ``""`` 表示仍然匯入得了）、新的匯入，以及對應的課。課程的測試也執行同樣的這些列。
 # ``old_import`` 執行某一列的舊匯入，印出它和結果（ ``ImportError`` 訊息結尾的檔案路徑會拿掉，
 # 因為每個安裝環境都不同）。
@@ -146,7 +146,7 @@ assert error == "ModuleNotFoundError: No module named 'torch.ao.quantization.qua
 
 # %%
 # **修正**： ``torchao.quantization.pt2e.quantizer`` 全部都有；x86 quantizer 自己的 spec 就是
-# 這些類別。說明見
+# 這些類別的實例。說明見
 # :ref:`M02-1 · quantizer 在圖上寫了什麼
 # <sphx_glr_lessons_m02_by_hand_m02_1_what_a_quantizer_writes.py>`。
 
@@ -165,9 +165,9 @@ assert any(isinstance(a, QuantizationAnnotation) for a in annotations), "它寫�
 # MinMaxObserver、HistogramObserver 與 PerChannelMinMaxObserver
 # -------------------------------------------------------------
 # 對照表裡的陷阱： ``torch.ao.quantization.observer`` 仍然匯入得了，也沒有警告，但它的類別不是
-# torchao 的，而 torchao 的 ``convert_pt2e`` 只認得自己的類別。把 x86 config 活化值的 spec 換成
-# torch.ao 的 ``HistogramObserver`` ：整個過程沒有任何錯誤，活化值的 observer（標示處）留在
-# convert 後的圖裡，只有 weight（用的是 torchao 的 observer）被量化。
+# torchao 的，而 torchao 的 ``convert_pt2e`` 只認得自己的類別。把 x86 config 裡活化值 spec 所用的
+# observer 換成 torch.ao 的 ``HistogramObserver`` ：整個過程沒有任何錯誤，活化值的 observer
+# （標示處）留在 convert 後的圖裡，只有 weight（用的是 torchao 的 observer）被量化。
 
 names, _ = attempt(move("MinMaxObserver, HistogramObserver, PerChannelMinMaxObserver").old)
 OldHistogram = names["HistogramObserver"]
@@ -267,7 +267,7 @@ for m in logged.values():
     m(*x)
 results = compare_results(*(extract_results_from_loggers(m) for m in logged.values()))
 sqnrs = {info.name: round(s.results[0].sqnr.item(), 1) for info, s in results.items()}
-print(f"SQNR (dB): {sqnrs}")
+print(f"SQNR（dB）：{sqnrs}")
 assert sqnrs and min(sqnrs.values()) > 20, "比較的每個 node 都高於 20 dB"
 
 # %%
@@ -302,8 +302,8 @@ assert not torch.equal(in_training(*rows), dropout(*rows)), "也能切回訓練�
 # %%
 # disable_observer
 # ----------------
-# QAT 之後，用 ``model.apply(disable_observer)`` 固定 scale（M04-3）。若用的是仍然匯入得了的
-# ``torch.ao.quantization.disable_observer`` ，什麼都不會固定：它檢查的是
+# QAT 之後，用 ``model.apply(disable_observer)`` 凍結 scale（M04-3）。若用的是仍然匯入得了的
+# ``torch.ao.quantization.disable_observer`` ，什麼都不會凍結：它檢查的是
 # ``isinstance(module, torch.ao.quantization.FakeQuantizeBase)`` ，而 torchao 的 fake quantize
 # 是另一個類別。沒有任何錯誤，每個 observer 都還開著。
 
@@ -416,7 +416,7 @@ assert all(
 
 # %%
 # **修正**：eager 模式用 ``quantize_`` 搭配 torchao 的 config，把每個 linear 的 weight 換成 int8
-# 張量；要計算圖，就用本課程的 PT2E 流程。該選哪一個，實際量測見
+# 張量；若要量化的是計算圖，就用本課程的 PT2E 流程。該選哪一個，實際量測見
 # :ref:`M05-4 · PT2E 還是 quantize_()？
 # <sphx_glr_lessons_m05_transformers_m05_4_pt2e_or_quantize.py>`。
 

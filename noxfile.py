@@ -11,7 +11,7 @@ import nox
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "docs"))
-from languages import build_site  # noqa: E402
+from site_build import build_site  # noqa: E402
 
 BUILD = ROOT / "build" / "html"
 PYTHON = "3.11"

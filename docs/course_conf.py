@@ -2,9 +2,9 @@
 
 import os
 
-# The repository, the site's address and the languages are build facts that nox and the tests
-# read without Sphinx: docs/languages.py.
-from languages import COURSE_REPOSITORY, DOCS, ROOT, SITE_URL, other_language
+# The repository, the site's address and the languages are facts that nox and the tests
+# read without Sphinx: docs/site_facts.py.
+from site_facts import COURSE_REPOSITORY, DOCS, ROOT, SITE_URL, other_language
 
 TEXT = {
     "zh_TW": {

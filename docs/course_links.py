@@ -21,7 +21,7 @@ from sphinx.transforms import SphinxTransform
 
 from course_conf import ROOT, TEXT
 from course_sources import is_lesson_page
-from languages import COLAB_NOTEBOOKS, COURSE_REPOSITORY, SITE_URL, other_language
+from site_facts import COLAB_NOTEBOOKS, COURSE_REPOSITORY, SITE_URL, other_language
 
 
 def _page_context(app, pagename, templatename, context, doctree) -> None:

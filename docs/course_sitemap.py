@@ -4,14 +4,14 @@ with its twin, and the theme's template macros are not published.
 Written by hand because sphinx-sitemap lists only the pages a build wrote, so an incremental
 build gives an incomplete sitemap (jdillard/sphinx-sitemap#13, open as of 2.9); the extension
 can replace this once that is fixed. The sitemap index at the site's root is written by
-languages.write_site_root.
+site_build.write_site_root.
 """
 
 from pathlib import Path
 from xml.sax.saxutils import escape
 
 from course_conf import TEXT
-from languages import SITE_URL, other_language
+from site_facts import SITE_URL, other_language
 
 
 def _sitemap(app, exc) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from lesson_scripts import ROOT
 
-from languages import SPHINX_OPTIONS, build_site
+from site_build import SPHINX_OPTIONS, build_site
 
 __all__ = [
     "BUILT",

@@ -13,7 +13,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-# docs/ holds languages, pattern_graphs, course_conf, zh_spacing: the tests import them.
+# docs/ holds site_facts, site_build, course_conf, pattern_graphs, ...: the tests import them.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "docs"))
 
 from built_site import (

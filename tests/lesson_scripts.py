@@ -7,7 +7,7 @@ import subprocess
 import textwrap
 from pathlib import Path
 
-from languages import LANGUAGES
+from site_facts import LANGUAGES
 
 __all__ = [
     "ALL_LESSONS",

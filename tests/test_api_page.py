@@ -6,7 +6,7 @@ import ast
 import pytest
 
 from course_api import API_ORDER, api_modules, lessons_using, package_modules
-from languages import LANGUAGES, ROOT
+from site_facts import LANGUAGES, ROOT
 
 
 def modules_lessons_import() -> dict[str, set[str]]:

@@ -99,7 +99,7 @@ def test_the_site_root_is_written_without_sphinx(tmp_path):
         "import sys\n"
         "sys.modules['sphinx'] = None  # any import of Sphinx now fails\n"
         f"sys.path.insert(0, {str(ROOT / 'docs')!r})\n"
-        "from languages import write_site_root\n"
+        "from site_build import write_site_root\n"
         f"write_site_root(__import__('pathlib').Path({str(tmp_path)!r}))\n"
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)

@@ -21,7 +21,7 @@ from lesson_scripts import (
     run_as_a_reader,
 )
 
-from languages import LANGUAGES
+from site_facts import LANGUAGES
 
 
 def code_only(path) -> str:

@@ -13,7 +13,7 @@ from lesson_scripts import EXAMPLES, lessons
 
 from common.migration import MOVES, Move, attempt, move
 
-from languages import LANGUAGES
+from site_facts import LANGUAGES
 
 PAGE = "troubleshooting/m99_6_migration_map.py"
 ROWS = [pytest.param(row, id=row.api) for row in MOVES]

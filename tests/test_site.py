@@ -25,11 +25,11 @@ from lesson_scripts import NOTEBOOK_LESSON, ROOT, lessons
 from marks import needs_dot
 
 # tests/conftest.py (loaded first by pytest) puts docs/ on sys.path: course_conf is the site's
-# shared Sphinx configuration, languages has the languages, the repository and the site URL,
+# shared Sphinx configuration, site_facts has the languages, the repository and the site URL,
 # course_api the API page's modules.
 import course_conf
 from course_api import api_modules
-from languages import LANGUAGES, PAGES_BRANCH
+from site_facts import LANGUAGES, PAGES_BRANCH
 
 # One worker runs them all: they share the built site, its server and one Chromium.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("site")]

@@ -15,7 +15,7 @@ from lesson_scripts import EXAMPLES, lessons
 from sphinx.search.en import SearchEnglish
 
 from course_search_zh import CourseChinese
-from languages import LANGUAGES
+from site_facts import LANGUAGES
 
 FOLDER = "troubleshooting"
 # Section headings of a page that are not entries (the migration map's table: "The map").

@@ -12,7 +12,7 @@ from test_site import lesson_pages
 
 # tests/conftest.py puts docs/ on sys.path.
 from course_anchors import english_source, english_titles, section_ids
-from languages import LANGUAGES
+from site_facts import LANGUAGES
 
 TWINS = sorted(set(lesson_pages("zh_TW")) & set(lesson_pages("en")))
 MODULE_PAGES = sorted(

@@ -25,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "docs"))
-from languages import LANGUAGES  # noqa: E402
+from site_facts import LANGUAGES  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"
 EDITED_LESSON = Path("m00_graphs") / "m00_4_graph_surgery.py"

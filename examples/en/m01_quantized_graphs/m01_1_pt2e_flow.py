@@ -47,7 +47,6 @@ from common.viz import draw, draw_diff
 
 quiet()
 
-from torchao.quantization.pt2e.observer import ObserverBase
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
 Q = torch.ops.quantized_decomposed
@@ -58,10 +57,8 @@ x = example_inputs(8)
 # ``census`` counts a graph's nodes by their role, ``is_observer`` and ``node_named`` find
 # nodes.
 
-
-def is_observer(gm, node):
-    """True for a call_module node whose module is an observer."""
-    return node.op == "call_module" and isinstance(gm.get_submodule(node.target), ObserverBase)
+from common.handmade import is_observer_node as is_observer
+from common.pt2e import node_named
 
 
 def census(gm):
@@ -74,11 +71,6 @@ def census(gm):
         elif node.op == "call_function" and name.startswith(("quantize_per", "dequantize_per")):
             counts[name] += 1
     return counts
-
-
-def node_named(gm, name):
-    """The node of ``gm`` called ``name``."""
-    return next(node for node in gm.graph.nodes if node.name == name)
 
 
 # %%

@@ -56,15 +56,12 @@ unfolded = convert_pt2e(copy.deepcopy(prepared), fold_quantize=False)
 # %%
 # Two small helpers find nodes.
 
+from common.pt2e import node_named
+
 
 def nodes_calling(gm, op):
     """The call_function nodes of ``gm`` whose target is ``op``, in graph order."""
     return [node for node in gm.graph.nodes if node.op == "call_function" and node.target == op]
-
-
-def node_named(gm, name):
-    """The node of ``gm`` called ``name``."""
-    return next(node for node in gm.graph.nodes if node.name == name)
 
 
 # %%

@@ -46,7 +46,6 @@ from common.viz import draw, draw_diff
 
 quiet()
 
-from torchao.quantization.pt2e.observer import ObserverBase
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
 Q = torch.ops.quantized_decomposed
@@ -56,10 +55,8 @@ x = example_inputs(8)
 # %%
 # ``census`` 依角色清點圖裡的 node， ``is_observer`` 與 ``node_named`` 用來找 node。
 
-
-def is_observer(gm, node):
-    """call_module node、而且呼叫的模組是 observer 時為 True。"""
-    return node.op == "call_module" and isinstance(gm.get_submodule(node.target), ObserverBase)
+from common.handmade import is_observer_node as is_observer
+from common.pt2e import node_named
 
 
 def census(gm):
@@ -72,11 +69,6 @@ def census(gm):
         elif node.op == "call_function" and name.startswith(("quantize_per", "dequantize_per")):
             counts[name] += 1
     return counts
-
-
-def node_named(gm, name):
-    """``gm`` 裡名為 ``name`` 的 node。"""
-    return next(node for node in gm.graph.nodes if node.name == name)
 
 
 # %%

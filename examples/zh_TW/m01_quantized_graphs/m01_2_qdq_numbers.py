@@ -54,15 +54,12 @@ unfolded = convert_pt2e(copy.deepcopy(prepared), fold_quantize=False)
 # %%
 # 兩個找 node 的小工具。
 
+from common.pt2e import node_named
+
 
 def nodes_calling(gm, op):
     """``gm`` 裡 target 是 ``op`` 的 call_function node，依圖中順序。"""
     return [node for node in gm.graph.nodes if node.op == "call_function" and node.target == op]
-
-
-def node_named(gm, name):
-    """``gm`` 裡名為 ``name`` 的 node。"""
-    return next(node for node in gm.graph.nodes if node.name == name)
 
 
 # %%

@@ -2,11 +2,11 @@
 疑難排解：ExecuTorch 與 XNNPACK
 ===============================
 
-``convert_pt2e`` 之後，在走向 ``.pte`` 與 ExecuTorch 執行環境的路上：無法輸出的程式、無法載入的
-delegate、沒有任何 Python 錯誤就結束的行程，以及 weight 從未量測過的動態模型。每個條目的標題是
-錯誤訊息的第一行原文（或讀者口中的症狀），在本站的環境（torch 2.13、torchao 0.18、
-executorch 1.5.1）上重現它；讀者在較舊版本回報、在這裡已不再發生的錯誤，條目會說明並實際示範。
-每個條目都指出原因，以 assert 驗證修正方法，並連到解釋它的那一課。
+``convert_pt2e`` 之後，從輸出 ``.pte`` 到在 ExecuTorch 執行環境上執行，一路上會遇到的問題：
+無法輸出的程式、無法載入的 delegate、沒有任何 Python 錯誤就當掉的行程，以及 weight 從未量測過的
+動態模型。每個條目以錯誤訊息第一行的原文（或讀者描述的症狀）為標題，並在本站的環境（torch
+2.13、torchao 0.18、executorch 1.5.1）上重現它；若是讀者在較舊版本回報、這裡已不再發生的錯誤，
+條目會說明這一點並實際示範。每個條目都指出原因，以 assert 驗證修正方法，並連到解釋它的那一課。
 
 **先備知識**：無；每個條目都連到解釋它的那一課。
 """
@@ -17,10 +17,11 @@ executorch 1.5.1）上重現它；讀者在較舊版本回報、在這裡已不�
 # %%
 # 準備
 # ----
-# 使用 per-channel weight 的 ``XNNPACKQuantizer`` （和 M06 的用法相同）、M06-2 的 lowering
-# （ ``to_edge_transform_and_lower`` 搭配 ``XnnpackPartitioner`` ，再 ``to_executorch()`` ），
-# 以及在 ExecuTorch 執行環境上載入 ``.pte`` 的 ``run`` 。執行環境會把它讀到的 CPU 資訊，以及
-# delegate 失敗的原因，記錄到 stderr： ``run`` 不讓這些紀錄出現在頁面上，並把它交回給呼叫者。
+# 本頁用到三樣東西：per-channel weight 的 ``XNNPACKQuantizer`` （和 M06 的用法相同）、M06-2
+# 的 lowering（ ``to_edge_transform_and_lower`` 搭配 ``XnnpackPartitioner`` ，再
+# ``to_executorch()`` ），以及在 ExecuTorch 執行環境上載入並執行 ``.pte`` 的 ``run`` 。執行環境
+# 會把讀到的 CPU 資訊與 delegate 失敗的原因寫到 stderr： ``run`` 把這些紀錄攔下來，不印在頁面
+# 上，而是交給呼叫者。
 
 import contextlib
 import copy
@@ -104,9 +105,9 @@ qdq = quantized(net, x)
 # %%
 # RuntimeError: Missing out variants
 # ----------------------------------
-# 沒有任何部分交給 delegate 的量化程式（ ``to_edge(...)`` 之後直接 ``.to_executorch()`` ，
-# 沒有 partitioner）無法輸出。訊息接著列出 quantize 與 dequantize 運算的集合，順序每次執行都
-# 不同： ``{'quantized_decomposed::dequantize_per_tensor', ...}`` （executorch#1263、#7775、
+# 量化後的程式若沒有任何部分交給 delegate（ ``to_edge(...)`` 之後直接 ``.to_executorch()`` ，
+# 沒有 partitioner），就無法輸出。訊息後面接著 quantize 與 dequantize 運算的集合，每次執行的
+# 順序都不同： ``{'quantized_decomposed::dequantize_per_tensor', ...}`` （executorch#1263、#7775、
 # #8369）。
 
 edge = to_edge(torch.export.export(qdq, x))
@@ -115,8 +116,9 @@ with expect_error(RuntimeError, match="Missing out variants") as caught:
 
 # %%
 # **原因**： ``to_executorch()`` 把每個運算換成它的「out 變體」，也就是把結果寫進記憶體規劃
-# 好的位置的 kernel，並在這個行程已註冊的 kernel 中尋找。portable kernel 涵蓋 ``aten`` ；
-# q/dq 運算的 out 變體則在另一個函式庫 ``executorch.kernels.quantized`` 裡，而沒有人載入它。
+# 預先配置好的位置的那個 kernel；out 變體要從這個行程已註冊的 kernel 裡找。portable kernel
+# 涵蓋 ``aten`` ；q/dq 運算的 out 變體則在另一個函式庫 ``executorch.kernels.quantized`` 裡，
+# 而它還沒有被載入。
 # 缺少的運算正好就是圖中的 q/dq 運算：
 
 missing = set(re.findall(r"'([\w:]+)'", caught.message))
@@ -129,11 +131,11 @@ print(f"缺少：{sorted(missing)}")
 assert missing == in_graph, "正是圖中的 quantize 與 dequantize 運算，沒有別的"
 
 # %%
-# **修正**：用 ``XnnpackPartitioner`` 做 lowering：q/dq node 會進入 XNNPACK delegate，由它以
-# int8 張量執行，不會輸出任何 q/dq kernel（ :ref:`M06-2 · 下放到 ExecuTorch
-# <sphx_glr_lessons_m06_executorch_m06_2_lowering_to_executorch.py>` ）。若要改在 portable
-# kernel 上執行 q/dq 圖（逐個運算照 q/dq 模型的做法計算），
-# ``import executorch.kernels.quantized`` 會註冊這些 out 變體。
+# **修正**：用 ``XnnpackPartitioner`` 下放，q/dq node 就會進入 XNNPACK delegate，由它以 int8
+# 張量執行，不會輸出任何 q/dq kernel（ :ref:`M06-2 · 下放到 ExecuTorch
+# <sphx_glr_lessons_m06_executorch_m06_2_lowering_to_executorch.py>` ）。若想改用 portable
+# kernel 執行 q/dq 圖（逐個運算，算法和 q/dq 模型相同），先
+# ``import executorch.kernels.quantized`` ，註冊這些 out 變體。
 
 delegate = lowered(qdq, x)
 assert (run(delegate.buffer, x) - qdq(*x)).abs().max() < 0.05, "XNNPACK：接近 q/dq 模型"
@@ -145,8 +147,8 @@ assert torch.equal(run(portable.buffer, x), qdq(*x)), "portable kernel：與 q/d
 # %%
 # RuntimeError: Missing out variants: {\'torchao::dequantize_affine\'}
 # --------------------------------------------------------------------
-# 用 torchao 的 ``quantize_`` 只量化 weight（這裡是 int8 weight 的 ``IntxWeightOnlyConfig`` ），
-# 再不經 partitioner 交給 ``to_edge`` 的模型，同樣無法輸出，而已經載入的
+# 模型若用 torchao 的 ``quantize_`` 只量化 weight（這裡是 int8 weight 的
+# ``IntxWeightOnlyConfig`` ），再不經 partitioner 交給 ``to_edge`` ，同樣無法輸出；剛才載入的
 # ``executorch.kernels.quantized`` 也幫不上忙（executorch#10663）。
 
 torch.manual_seed(0)
@@ -161,20 +163,20 @@ with expect_error(RuntimeError, match="Missing out variants: {'torchao::dequanti
 # %%
 # **原因**： ``quantize_`` 把 weight 換成張量子類別；export 把它的反量化寫成
 # ``torchao.dequantize_affine`` ，這是 torchao 自己的運算，不是 PT2E 的 ``quantized_decomposed``
-# 運算，而沒有任何 ExecuTorch 的 kernel 函式庫提供它的 out 變體：只有 delegate 能執行它。
+# 運算；ExecuTorch 沒有任何 kernel 函式庫提供它的 out 變體，只有 delegate 能執行它。
 
 ops = {str(n.target) for n in weight_only_program.graph.nodes if n.op == "call_function"}
 print(sorted(ops))
 assert "torchao.dequantize_affine.default" in ops, "torchao 自己的 dequantize 運算"
 
 # %%
-# **修正**：用 ``XnnpackPartitioner`` 下放一個它讀得懂的做法。它的 partitioner 會像收下 PT2E
-# 的 q/dq 運算一樣，收下 torchao 的 ``choose_qparams_affine`` 、 ``quantize_affine`` 與
-# ``dequantize_affine`` ，條件是活化值在執行時才量化成 int8：也就是 ``quantize_`` 搭配
+# **修正**：換一個 ``XnnpackPartitioner`` 讀得懂的配方再下放。只要活化值在執行時才量化成
+# int8，它的 partitioner 就會收下 torchao 的 ``choose_qparams_affine`` 、 ``quantize_affine``
+# 與 ``dequantize_affine`` ，就像收下 PT2E 的 q/dq 運算一樣。這個配方是 ``quantize_`` 搭配
 # ``Int8DynamicActivationIntxWeightConfig`` （int8 動態活化值，4 或 8 位元的 weight；這裡是
-# 4 位元、每 32 個一組），ExecuTorch 自己匯出 LLM 時用的就是這個做法。整個程式會進到同一個
-# delegate，在執行環境上算出的值和 ``quantize_`` 模型在 eager 下算的相差不到 0.01（光是 4 位元
-# 的 weight，就讓輸出離浮點 linear 遠了十倍）。
+# 4 位元、每 32 個一組），也是 ExecuTorch 自己匯出 LLM 時用的配方。整個程式落在同一個
+# delegate 裡；它在執行環境上算出的值，和 ``quantize_`` 模型在 eager 下算的相差不到 0.01
+# （光是 4 位元的 weight，就讓輸出離浮點 linear 遠了十倍）。
 
 llm_recipe = copy.deepcopy(linear)
 quantize_(
@@ -200,9 +202,9 @@ assert "aten_linear_default" in inside and any("dequantize_affine" in n for n in
 assert error < 0.01 < rounding, "執行環境算出的就是 quantize_ 模型的值，差距在 0.01 以內"
 
 # %%
-# 也可以改用 PT2E 與 ``XNNPACKQuantizer`` 量化，XNNPACK 的 partitioner 會把它的 q/dq 運算收進
-# delegate（上一個條目）； ``is_dynamic=True`` 是同一類做法，只是 weight 只有 int8。
-# partitioner 如何挑選 node，見 :ref:`M06-2 · 下放到 ExecuTorch
+# 也可以改用 PT2E 與 ``XNNPACKQuantizer`` 量化：XNNPACK 的 partitioner 會把它的 q/dq 運算收進
+# delegate（上一個條目）。 ``is_dynamic=True`` 是同一類配方，只是 weight 只能是 int8。
+# partitioner 怎麼挑選 node，見 :ref:`M06-2 · 下放到 ExecuTorch
 # <sphx_glr_lessons_m06_executorch_m06_2_lowering_to_executorch.py>` 。
 
 dynamic_linear = quantized(linear, tokens, is_dynamic=True)
@@ -211,10 +213,10 @@ print(f"XNNPACK 上的 PT2E 動態量化，與它的 q/dq 模型的最大差距�
 assert error.max() < 0.01, "delegate 算出的就是 q/dq 模型算的"
 
 # %%
-# 只量化 weight 則不行： ``XnnpackPartitioner`` 也會把只量化 weight 的模型的
-# ``dequantize_affine`` → ``linear`` 收進 delegate，這個程式也能輸出、能執行；但在本站的環境上，
-# 它的輸出和 ``quantize_`` 模型相差很遠。輸出是輸入乘上未經縮放的 int8 weight 再加上 bias：
-# delegate 丟掉了 weight 的 scale。交付這樣的程式之前，先檢查它的數值。
+# 只量化 weight 的配方則不行。 ``XnnpackPartitioner`` 同樣會把這種模型的 ``dequantize_affine``
+# → ``linear`` 收進 delegate，程式也能輸出、能執行；但在本站的環境上，它的輸出和 ``quantize_``
+# 模型相差很遠：算出來的是輸入乘上沒有乘回 scale 的 int8 weight，再加上 bias，也就是 delegate
+# 丟掉了 weight 的 scale。交付這樣的程式之前，先檢查它的數值。
 
 weight = weight_only[0].weight  # torchao 的張量子類別：int8 的 ``qdata`` ，每列一個 scale
 out = run(lowered(weight_only, tokens).buffer, tokens)
@@ -226,10 +228,10 @@ assert error > 1 and torch.allclose(out, unscaled, atol=1e-3), "是 int8 的值�
 # %%
 # RuntimeError: Failed to load method forward, error: 0x:1
 # --------------------------------------------------------
-# 程式順利 lowering、存檔，接著 ``load_method`` 失敗。執行環境的紀錄說得更多：XNNPACK 的
+# 程式順利下放、存檔，接著 ``load_method`` 失敗。執行環境的紀錄說得更多：XNNPACK 的
 # ``xnn_status_invalid_parameter`` ，以及 ``Init failed for backend XnnpackBackend``
 # （回報時的訊息是「XnnpackBackend init failed」，executorch#8830）。這裡把一個 linear 的輸出
-# 用 ``.t()`` 轉置，再和一個學得的欄串接。
+# 用 ``.t()`` 轉置，再和一個可學習的欄（ ``nn.Parameter`` ）串接。
 
 
 class Transposed(nn.Module):
@@ -256,11 +258,11 @@ print("\n".join(failed))
 assert any("xnn_status_invalid_parameter" in line for line in failed)
 
 # %%
-# **原因**，在圖上看： ``t`` node（標示處）用一個 scale 讀 linear 的 int8 輸出，卻用另一個
-# scale 寫出 ``cat`` 的輸入。XNNPACK 在載入方法時編譯它的 delegate，而它的靜態轉置只搬動位元組：
-# 輸入與輸出的 qparams 不同，它就拒絕。 ``XNNPACKQuantizer`` 會讓只搬動值、不改變值的運算共用
-# 一個 scale（ ``_is_share_obs_or_fq_op`` ）： ``transpose.int`` 與 ``permute`` 在它的清單裡，
-# ``t`` 與 ``swapaxes`` 不在（executorch#19836），所以 ``t`` 的兩側各自被觀測。
+# **原因**，在圖上看： ``t`` node（醒目標示）用一個 scale 讀 linear 的 int8 輸出，卻用另一個
+# scale 寫出 ``cat`` 的輸入。XNNPACK 在載入方法時才編譯 delegate；它的靜態轉置只搬動位元組，
+# 所以輸入與輸出的 qparams 一旦不同，它就拒絕。 ``XNNPACKQuantizer`` 會讓只搬動值、不改變值
+# 的運算共用一個 scale（ ``_is_share_obs_or_fq_op`` ）： ``transpose.int`` 與 ``permute`` 在它
+# 的清單裡， ``t`` 與 ``swapaxes`` 不在（executorch#19836），所以 ``t`` 的兩側各自被觀察。
 
 t_node = bad.graph.find_nodes(op="call_function", target=torch.ops.aten.t.default)[0]
 scales = (t_node.args[0].args[1], next(iter(t_node.users)).args[1])
@@ -270,7 +272,7 @@ assert scales[0] != scales[1], "轉置的輸入與輸出 qparams 不同"
 
 # %%
 # **修正**：把轉置寫成 ``.transpose(0, 1)`` （或 ``permute`` ），quantizer 會讓它的輸入與
-# 輸出共用 qparams；程式就能載入並執行。共用的 spec 是 :ref:`M06-1 · XNNPACK quantizer
+# 輸出共用 qparams，程式就能載入並執行。共用的 spec 見 :ref:`M06-1 · XNNPACK quantizer
 # <sphx_glr_lessons_m06_executorch_m06_1_xnnpack_quantizer.py>` 的步驟 2。
 
 good = quantized(Transposed("transpose"), rows)
@@ -281,10 +283,10 @@ assert torch.equal(run(lowered(good, rows).buffer, rows), good(*rows)), "它能�
 # %%
 # 方法一執行就發生區段錯誤（segmentation fault）
 # ----------------------------------------------
-# 一個腳本用一行載入 ``.pte`` 並執行它；行程結束了，沒有任何 Python traceback，是區段錯誤。
-# 大多數時候如此：已釋放的記憶體裡還留著什麼，每次都不一樣，有些次會像什麼事都沒有一樣跑完。
-# 本頁在子行程裡執行這個腳本，只讓子行程結束，直到它結束為止（最多十二次）；回傳碼是結束它的
-# 訊號的負值，-11（ ``SIGSEGV`` ），有時是 -6（ ``SIGABRT`` ）。
+# 一個腳本用一行程式載入 ``.pte`` 並執行；行程直接當掉，沒有任何 Python traceback：是區段
+# 錯誤。不過不是每次都會：已釋放的記憶體裡還留著什麼，每次都不一樣，有時則像什麼事都沒發生
+# 一樣跑完。本頁在子行程裡執行這個腳本，當掉的只會是子行程；一再重跑，直到它當掉為止（最多
+# 十二次）。回傳碼是終止它的訊號的負值：-11（ ``SIGSEGV`` ），有時是 -6（ ``SIGABRT`` ）。
 
 pte_path = Path(tempfile.mkdtemp()) / "small.pte"
 pte_path.write_bytes(delegate.buffer)
@@ -296,21 +298,21 @@ method.execute([torch.randn(2, 3, 8, 8)])
 print("ran")
 """
 codes = []
-while len(codes) < 12 and not any(codes):  # 直到有一次結束在訊號上
+while len(codes) < 12 and not any(codes):  # 直到有一次被訊號終止
     codes.append(subprocess.run([sys.executable, "-c", ONE_LINE], capture_output=True).returncode)
 code = codes[-1]
 name = signal.Signals(-code).name if code < 0 else "沒有訊號"
 print(f"第 {len(codes)} 次執行：回傳碼 {code}（{name}）")
-assert code != 0, "行程死掉了"  # 通常是 -11（SIGSEGV）；取決於已釋放的記憶體裡剩下什麼
+assert code != 0, "行程當掉了"  # 通常是 -11（SIGSEGV）；取決於已釋放的記憶體裡剩下什麼
 
 # %%
 # **原因**： ``Method`` 不會讓它的 ``Program`` 保持存活。沒有任何變數持有
 # ``load_program(...)`` 回傳的 ``Program`` ，所以 Python 在這一行結束時就釋放它，之後方法讀取的
-# 是已經不在的記憶體：這是未定義行為，也可能看起來一切正常。
+# 是已經不在的記憶體：這是未定義行為，有時看起來也一切正常。
 #
-# **修正**：在它的方法執行期間，都把 ``Program`` 存在變數裡，就像上面的 ``run`` 與
-# :ref:`M06-3 · 由內而外看 .pte <sphx_glr_lessons_m06_executorch_m06_3_pte_inside_out.py>`
-# 的做法。
+# **修正**：只要 ``Program`` 的方法還在執行，就把 ``Program`` 留在變數裡，就像上面的 ``run``
+# 與 :ref:`M06-3 · 由內而外看 .pte <sphx_glr_lessons_m06_executorch_m06_3_pte_inside_out.py>`
+# 的寫法。
 
 with contextlib.redirect_stderr(io.StringIO()):
     program = Runtime.get().load_program(pte_path.read_bytes())
@@ -322,9 +324,9 @@ assert torch.equal(out, run(delegate.buffer, x)), "方法正常執行"
 # Conv2d(padding=\'same\') 接 ReLU 在 XNNPACK 上執行時失敗
 # --------------------------------------------------------
 # 在 executorch 1.0.0 與 1.3.1 上回報（executorch#20517）：量化後的 conv 使用
-# ``padding='same'`` 與偶數大小的 kernel，後面接一個 ReLU，lowering 成功，程式執行時卻失敗。
-# 在 executorch 1.5.1 上已不再重現：回報的模型能執行，整個是一個 delegate，和 q/dq 模型相差
-# 不超過一格。
+# ``padding='same'`` 與偶數的 ``kernel_size`` ，後面接一個 ReLU；下放成功，程式執行時卻失敗。
+# 在 executorch 1.5.1 上已不再重現：回報的模型能執行，整個模型落在同一個 delegate 裡，和 q/dq
+# 模型相差不超過一格。
 
 
 class Same(nn.Module):
@@ -348,15 +350,15 @@ print(f"delegate：{list(delegated(same_program.exported_program()))}；相差 {
 assert len(delegated(same_program.exported_program())) == 1 and steps <= 1, "它能執行"
 
 # %%
-# **原因** （1.0–1.3）：偶數大小的 kernel 需要一側比另一側多補一格，conv 的 padding 欄位表達
-# 不了，所以 ``to_edge`` 在 conv 之前寫出一個明確的 ``constant_pad_nd`` 。當時的 partitioner
-# 不會把這個 pad 和 conv 一起收進去：conv 留在 delegate 之外，ReLU 自成一個 partition，XNNPACK
-# 拒絕了它（ ``xnn_status_unsupported_parameter`` ）。
+# **原因** （1.0–1.3）：偶數的 ``kernel_size`` 需要一側比另一側多補一個元素，conv 的 padding
+# 欄位表達不了，所以 ``to_edge`` 在 conv 之前寫出一個明確的 ``constant_pad_nd`` 。當時的
+# partitioner 不會把這個 pad 和 conv 一起收進去：conv 留在 delegate 之外，ReLU 自成一個分割，
+# XNNPACK 拒絕了它（ ``xnn_status_unsupported_parameter`` ）。
 #
-# **修正**：executorch 1.5.1 已包含 executorch#20553，它把 pad 拉進 conv 的 partition
+# **修正**：executorch 1.5.1 已包含 executorch#20553，它把 pad 拉進 conv 的分割
 # （ ``InsertPadQDQPass`` 給 pad 和它的輸入相同的 qparams，補零不會改變任何值）：pad 就在
-# delegate 裡。在較舊的版本上，改用奇數大小的 kernel（這裡是 33），兩側補得一樣多，就不需要
-# pad node。partition 會收進什麼，見 :ref:`M06-2 · 下放到 ExecuTorch
+# delegate 裡。在較舊的版本上，改用奇數的 ``kernel_size`` （這裡是 33），兩側補得一樣多，就
+# 不需要 pad node。一個分割會收進什麼，見 :ref:`M06-2 · 下放到 ExecuTorch
 # <sphx_glr_lessons_m06_executorch_m06_2_lowering_to_executorch.py>` 。
 
 (inside,) = delegated(same_program.exported_program()).values()
@@ -370,7 +372,7 @@ assert not [n for n in odd.graph.nodes if "constant_pad_nd" in str(n.target)], "
 # ------------------------------------
 # 2025 年 4 月用 ``torch.ao`` 的 ``XNNPACKQuantizer`` 與 ``prepare_pt2e`` 回報
 # （executorch#10104）。已不再重現：在本站的環境上， ``prepare_pt2e`` 與 ``convert_pt2e`` 都能
-# 執行。但什麼都沒有被量化。
+# 執行，但什麼都沒有被量化。
 
 
 class GRUNet(nn.Module):
@@ -429,10 +431,10 @@ assert len(linears) == 6 and all(int8), "每一步兩個 linear，weight 都是 
 # %%
 # 動態量化沒有校準：每個 weight 的 scale 都是 1.0
 # -----------------------------------------------
-# 用了 ``is_dynamic=True`` ，活化值在執行時才量測，於是 prepare 後的模型沒有執行就直接
+# 既然用了 ``is_dynamic=True`` 、活化值在執行時才量測，prepare 後的模型就沒有先執行，直接
 # convert。 ``convert_pt2e`` 發出警告（「must run observer before calling calculate_qparams.
-# Returning default values.」），輸出也偏掉了。這裡唯一動態量化的運算是 linear（conv 後面接
-# ReLU 沒有動態版本，M06-1）。
+# Returning default values.」），輸出也偏掉了。這裡唯一做動態量化的運算是 linear（conv 後面
+# 接 ReLU 沒有動態版本，M06-1）。
 
 
 def weight_qparams(gm) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -451,17 +453,18 @@ assert any("must run observer" in str(w.message) for w in seen), "而且 convert
 far = (uncalibrated(*x) - net(*x)).abs().max().item()
 
 # %%
-# **原因**：動態量化在執行時量測的是 *活化值* ； *weight* 的 scale 仍然來自 observer，
-# 而 observer 只有在 prepare 後的模型執行時才看得到它的 weight。從未執行，每個 observer 都回傳
-# 預設值，scale 為 1.0：每個 weight 都捨入成整數，而這一層的 weight 全都小於 0.5，全部變成 0。
+# **原因**：動態量化在執行時量測的是「活化值」；「weight」的 scale 仍然來自 observer，
+# 而 observer 只有在 prepare 後的模型執行時才看得到它的 weight。模型從未執行，每個 observer
+# 就都回傳預設值，也就是 scale 1.0：每個 weight 都捨入成整數，而這一層的 weight 全都小於
+# 0.5，於是全部變成 0。
 
 assert int8_weight.count_nonzero() == 0 and net.fc.weight.abs().max() < 0.5, "全部捨入成 0"
 
 # %%
 # **修正**：在 ``convert_pt2e`` 之前，至少用真實的輸入執行一次 prepare 後的模型
 # （ :ref:`M05-2 · 靜態與動態 int8
-# <sphx_glr_lessons_m05_transformers_m05_2_static_vs_dynamic.py>` ）；每個輸出通道的 weight
-# scale 就是它的最大絕對值除以 127。
+# <sphx_glr_lessons_m05_transformers_m05_2_static_vs_dynamic.py>` ）。這樣一來，每個輸出
+# 通道的 weight scale 就是該通道 weight 的最大絕對值除以 127。
 
 calibrated = quantized(net, x, is_dynamic=True)
 ((_, scale),) = weight_qparams(calibrated)

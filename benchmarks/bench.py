@@ -62,25 +62,25 @@ def run_floor(lang: str, measured: Path) -> None:
     import torch  # noqa: F401  (imported once, before the clock of the first lesson)
 
     sys.path.insert(0, str(ROOT))
-    from common.timing import measured_once
+    from common.lesson import running, start
 
     from course_gallery import forget_earlier_main
 
     seconds, timing = {}, {}
-    measured_once.folder = measured
     for path in lesson_paths([lang]):
         # As the build's per-lesson hook does (docs/course_gallery.py, reset).
+        start(lang=lang, name=path.stem, measured=measured, pictures=False)
         forget_earlier_main()
         if "torch._inductor.config" in sys.modules:
             sys.modules["torch._inductor.config"].freezing = False
-        started, timed_before = time.perf_counter(), measured_once.seconds
+        started, timed_before = time.perf_counter(), running.measuring
         print(f"floor: {path.relative_to(ROOT)}", file=sys.stderr, flush=True)
         with contextlib.redirect_stdout(open(os.devnull, "w")), _chdir(path.parent):
             runpy.run_path(str(path), run_name="__main__")
         plt.close("all")
         lesson = str(path.relative_to(ROOT / "examples"))
         seconds[lesson] = time.perf_counter() - started
-        timing[lesson] = measured_once.seconds - timed_before
+        timing[lesson] = running.measuring - timed_before
     print(FLOOR_MARK + json.dumps({"seconds": seconds, "timing": timing}))
 
 
@@ -551,7 +551,7 @@ def report(m: Measurements, checks: list[tuple[str, bool, str]]) -> str:
         "what each module's pages cost the build beyond Sphinx's own work. A clean build runs "
         "the two languages at once on two cores, so a module adds about the mean of its two "
         "columns. In brackets, the part its timing steps took: timings are measured once per "
-        "build (`common.timing.measured_once`), so the language that runs second shows the "
+        "build (`common.lesson.measured_once`), so the language that runs second shows the "
         "first one's figures at almost no cost.",
         "",
         f"| module | {' | '.join(LANGUAGES)} | added to a clean build |",

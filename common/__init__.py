@@ -9,6 +9,8 @@
 - ``expect``: ``expect_error``, an expected error shown as its type and first line.
 - ``handmade``: ``prepare`` and ``convert`` written by hand, bit-exact with torchao's.
 - ``kernels``: ``kernels_run`` and ``time_by_kind``: the compute kernels a model really ran.
+- ``lesson``: the running lesson: its language, one cache (``cached``, ``cached_path``,
+  ``measured_once``, ``digest``), where its figures and pictures go while the site is built.
 - ``lowering``: x86 lowering written by hand (``lower``), bit-exact with torchao's.
 - ``migration``: the migration map torch.ao → torchao → ExecuTorch, a row per API; ``attempt``.
 - ``models``: the model zoo, ``get_model`` and ``example_inputs``.

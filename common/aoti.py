@@ -1,4 +1,4 @@
-"""AOTInductor packages compiled with freezing once, kept under ``build/cache/`` by what made them.
+"""AOTInductor packages compiled with freezing once, kept in the course's cache by what made them.
 
 A lesson that times compiled models pays inductor's compile (seconds per model) on every
 build; the FX graph cache cannot help, since frozen graphs hold oneDNN's prepacked weights,
@@ -8,30 +8,19 @@ second build or a process capped at another ISA (``common.cpu.run_under_isa``) l
 well under a second.
 """
 
-import hashlib
-import os
 import re
-import tempfile
 import warnings
 import zipfile
 from collections import Counter
 from pathlib import Path
 
 import torch
-from filelock import FileLock
 
 from common.cpu import describe
+from common.lesson import cached_path, digest
 from common.timing import timing_threads
 
-__all__ = ["CACHE", "compiled_package", "kernel_calls", "package_key"]
-
-_CHECKOUT = Path(__file__).resolve().parents[1]
-#: Where packages are kept: ``build/cache/`` in a source checkout, a temporary folder otherwise.
-CACHE = (
-    _CHECKOUT / "build" / "cache"
-    if (_CHECKOUT / "pyproject.toml").exists()
-    else Path(tempfile.gettempdir()) / "pt2e-course-cache"
-)
+__all__ = ["compiled_package", "kernel_calls", "kernels_ran", "package_key"]
 
 
 def package_key(program: torch.export.ExportedProgram) -> str:
@@ -41,19 +30,25 @@ def package_key(program: torch.export.ExportedProgram) -> str:
     inputs' shapes (a package is compiled for them), torch's version, this process's kernel
     path (``describe().kernel_path``: ``ATEN_CPU_CAPABILITY`` picks inductor's vector ISA,
     ``ONEDNN_MAX_CPU_ISA`` the layout of prepacked int8 weights) and ``timing_threads()``
-    (inductor writes the thread count into its code). The saved file itself makes no key:
-    its bytes change from one compile to the next.
+    (inductor specializes its CPU kernels on the thread count), through
+    ``common.lesson.digest``, which adds the installed torch, torchao and ExecuTorch. The saved
+    file itself makes no key: its bytes change from one compile to the next.
     """
-    key = hashlib.sha256(program.graph_module.code.encode())
-    for name, value in sorted({**program.state_dict, **program.constants}.items()):
-        key.update(name.encode() + value.detach().contiguous().numpy().tobytes())
+    tensors = {**program.state_dict, **program.constants}
     inputs = set(program.graph_signature.user_inputs)
     shapes = [tuple(n.meta["val"].shape) for n in program.graph.nodes if n.name in inputs]
-    key.update(f"{shapes} {torch.__version__} {describe().kernel_path} {timing_threads()}".encode())
-    return key.hexdigest()[:16]
+    code = program.graph_module.code
+    ranges = sorted(map(str, program.range_constraints.items()))  # a Dim's min and max
+    return digest(code, tensors, shapes, ranges, describe().kernel_path, timing_threads())
 
 
-def compiled_package(program: torch.export.ExportedProgram, name: str) -> Path:
+def compiled_package(
+    program: torch.export.ExportedProgram,
+    name: str,
+    *,
+    freezing: bool = True,
+    kernel_profile: bool = False,
+) -> Path:
     """The AOTInductor package of ``program``, compiled with freezing unless already cached.
 
     Compiled at ``timing_threads()`` threads, so that it can be timed beside other models
@@ -62,9 +57,15 @@ def compiled_package(program: torch.export.ExportedProgram, name: str) -> Path:
     Args:
         program: what to compile (``torch.export.export`` of a float or converted model).
         name: the start of the file name, e.g. ``"encoder_fp32"``.
+        freezing: compile with freezing (inductor's int8 fusions need it; ``False`` shows
+            the float fallback of pytorch/ao#4566).
+        kernel_profile: wrap each kernel call in a profiler record
+            (``cpp.enable_kernel_profile``), so that :func:`kernels_ran` sees it.
 
     Returns:
-        Path: the ``.pt2`` file, ``CACHE / f"{name}-{package_key(program)}.pt2"``.
+        Path: the ``.pt2`` file, ``<cache>/aoti/<name>-<package_key(program)>.pt2``
+        (``common.lesson.cached_path``; ``-nofreezing`` / ``-profiled`` after the name when
+        asked).
 
     Raises:
         TypeError: if ``program`` is not an ``ExportedProgram``; the message says how to get
@@ -75,26 +76,29 @@ def compiled_package(program: torch.export.ExportedProgram, name: str) -> Path:
             f"compiled_package needs a torch.export.ExportedProgram, got {type(program).__name__}"
             "; export it first: torch.export.export(gm, example_inputs)"
         )
-    path = CACHE / f"{name}-{package_key(program)}.pt2"
-    CACHE.mkdir(parents=True, exist_ok=True)
-    with FileLock(f"{path}.lock"):  # the other language's build may be compiling it too
-        if not path.exists():
-            tmp = path.with_name(f".{path.stem}-{os.getpid()}.pt2")  # whole files only
-            threads = torch.get_num_threads()
-            torch.set_num_threads(timing_threads())
-            try:
-                with torch.no_grad(), warnings.catch_warnings():
-                    # inductor's int8 lowering copies a zero-point tensor the way torch warns about
-                    warnings.filterwarnings("ignore", message="To copy construct from a tensor")
-                    torch._inductor.aoti_compile_and_package(
-                        program,
-                        package_path=str(tmp),
-                        inductor_configs={"freezing": True, "compile_threads": 1},
-                    )
-            finally:
-                torch.set_num_threads(threads)
-            tmp.replace(path)
-    return path
+
+    def compile_to(path: Path) -> None:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(timing_threads())
+        try:
+            with torch.no_grad(), warnings.catch_warnings():
+                # inductor's int8 lowering copies a zero-point tensor the way torch warns about
+                warnings.filterwarnings("ignore", message="To copy construct from a tensor")
+                torch._inductor.aoti_compile_and_package(
+                    program,
+                    package_path=str(path),
+                    inductor_configs={
+                        "freezing": freezing,
+                        "compile_threads": 1,
+                        "cpp.enable_kernel_profile": kernel_profile,
+                    },
+                )
+        finally:
+            torch.set_num_threads(threads)
+
+    # Locked: the other language's build may be compiling it too.
+    options = "-nofreezing" * (not freezing) + "-profiled" * kernel_profile
+    return cached_path("aoti", f"{name}{options}-{package_key(program)}.pt2", compile_to)
 
 
 def kernel_calls(package: Path) -> Counter:
@@ -108,3 +112,23 @@ def kernel_calls(package: Path) -> Counter:
             archive.read(n).decode() for n in archive.namelist() if n.endswith("wrapper.cpp")
         )
     return Counter(re.findall(r"aoti_torch_cpu_+(\w+?)(?:_tensor)?\(", source))
+
+
+def kernels_ran(runner, args: tuple) -> Counter:
+    """The kernels one call of a loaded package ran, by name, with counts, from the profiler.
+
+    Needs a package compiled with ``kernel_profile=True``: its generated C++ then records each
+    kernel call (``aoti_torch_cpu__qconv_pointwise_tensor``...) for ``torch.profiler``. Named
+    as :func:`kernel_calls` names them: ``qconv_pointwise``, ``addmm_out``, ``convolution``.
+
+    Args:
+        runner: what ``torch._inductor.aoti_load_package`` returned.
+        args: its positional inputs.
+    """
+    from common.kernels import native_stderr_silenced
+
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    with native_stderr_silenced(), torch.profiler.profile(activities=activities) as profile:
+        runner(*args)
+    names = [re.fullmatch(r"aoti_torch_cpu_+(\w+?)(?:_tensor)?", e.name) for e in profile.events()]
+    return Counter(found[1] for found in names if found)

@@ -2,11 +2,8 @@
 
 import ast
 import contextlib
-import hashlib
-import inspect
 import io
 import json
-import linecache
 import os
 import re
 import subprocess
@@ -17,14 +14,13 @@ from pathlib import Path
 
 import torch
 
-from common.charts import CJK_CHARACTERS
+from common.lesson import ROOT, digest, lesson_language, measured_once
 
 __all__ = [
     "ISA_PATHS",
     "CpuInfo",
     "describe",
     "isa_environment",
-    "lesson_language",
     "run_under_isa",
     "weaker_paths",
 ]
@@ -171,43 +167,6 @@ _VERDICT_ZH_TW = re.compile(
     r"VNNI (?P<vnni>有|無)，AMX (?P<amx>有|無)，bf16 (?P<bf16>有|無)；"
     r"使用 (?P<cores>\d+) 個執行緒中的 (?P<threads>\d+) 個"
 )
-_CHINESE = re.compile(f"[{CJK_CHARACTERS}]")
-_COMMON = Path(__file__).resolve().parent
-
-
-def lesson_language() -> str:
-    """The language of the lesson that is running, ``"zh_TW"`` or ``"en"``: the helpers print
-    their lines (``CpuInfo.verdict``, ``Timings.table()``) in it.
-
-    Read from the lesson itself, so that a downloaded script or notebook needs no setting. The
-    lesson is the first caller outside ``common/``; it is zh_TW when its path has a ``zh_TW``
-    folder (``examples/zh_TW/``, as the site's build and the tests run it) or its docstring is
-    Chinese (a downloaded script), or, in Jupyter, when a cell run so far holds Chinese (a zh_TW
-    notebook's first cell does). Anything else is en.
-
-    >>> lesson_language()
-    'en'
-    """
-    frame = inspect.currentframe()
-    while frame is not None and Path(frame.f_code.co_filename).resolve().parent == _COMMON:
-        frame = frame.f_back
-    if frame is not None:
-        filename = frame.f_code.co_filename
-        if "zh_TW" in Path(filename).parts or _chinese_docstring(filename):
-            return "zh_TW"
-    cells = getattr(sys.modules.get("__main__"), "In", None)  # IPython's inputs, in Jupyter
-    if isinstance(cells, list) and any(_CHINESE.search(cell) for cell in cells):
-        return "zh_TW"
-    return "en"
-
-
-def _chinese_docstring(filename: str) -> bool:
-    source = "".join(linecache.getlines(filename))
-    try:
-        docstring = ast.get_docstring(ast.parse(source)) or ""
-    except (SyntaxError, ValueError):
-        return False
-    return bool(_CHINESE.search(docstring))
 
 
 def _native_onednn(caps: dict) -> str:
@@ -327,7 +286,7 @@ def run_under_isa(isa: str, source: str, *, timeout: float = 900, key: str | Non
         key: what ``source`` computes, when its text does not say it all; by default the
             text without its comments, each file it names standing for its contents. While
             the site is built, the step runs once per key and the other language's build
-            reuses its answer (``common.timing.measured_once``).
+            reuses its answer (``common.lesson.measured_once``).
 
     Returns:
         dict: ``{"result": <result>, "cpu": CpuInfo.as_dict() of the subprocess}``.
@@ -337,18 +296,9 @@ def run_under_isa(isa: str, source: str, *, timeout: float = 900, key: str | Non
         RuntimeError: if ``source`` fails or sets no ``result``; the message ends with the
             subprocess's last error line.
     """
-    from common.timing import measured_once  # imported here: common.timing imports this module
-
     cpu = describe()
-    stamp = [
-        isa,
-        key or _what_source_computes(source),
-        torch.__version__,
-        cpu.name,
-        cpu.kernel_path,
-    ]
-    digest = hashlib.sha256(json.dumps(stamp).encode()).hexdigest()[:20]
-    return measured_once.reuse(f"isa-{digest}", lambda: _run_under_isa(isa, source, timeout))
+    stamp = digest(isa, key or _what_source_computes(source), cpu.name, cpu.kernel_path)
+    return measured_once(f"isa-{stamp}", lambda: _run_under_isa(isa, source, timeout))
 
 
 def _what_source_computes(source: str) -> str:
@@ -368,7 +318,7 @@ def _what_source_computes(source: str) -> str:
             with contextlib.suppress(ValueError, SyntaxError, TypeError, OSError):
                 named = Path(ast.literal_eval(text))
                 if named.is_file():
-                    text = hashlib.sha256(named.read_bytes()).hexdigest()
+                    text = digest(named)
         kept.append(text)
     return " ".join(kept)
 
@@ -378,8 +328,7 @@ def _run_under_isa(isa: str, source: str, timeout: float) -> dict:
     if isa == "native":
         for variable in {name for path in ISA_PATHS.values() for name in path}:
             env.pop(variable, None)
-    root = str(Path(__file__).resolve().parents[1])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     program = "\n".join(
         [
             "import json",

@@ -1,14 +1,13 @@
 """Real data for the accuracy lessons: scikit-learn's bundled digits and a CNN trained on them."""
 
 import contextlib
-import hashlib
-import os
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from common.cpu import describe
+from common.lesson import cached_path, digest
 
 __all__ = [
     "SPLITS",
@@ -31,10 +30,7 @@ _VIT_LEARNING_RATE = 3e-3
 _BATCH = 32
 _LEARNING_RATE = 3e-3
 # Training code and cache key: any edit to this file trains afresh.
-_SOURCE_HASH = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
-# A source checkout keeps its trained weights in build/; an installed copy trains every time.
-_CHECKOUT = Path(__file__).resolve().parents[1]
-_CACHE = _CHECKOUT / "build" / "cache" if (_CHECKOUT / "pyproject.toml").exists() else None
+_SOURCE = Path(__file__)
 
 
 class DigitsCNN(nn.Module):
@@ -186,10 +182,11 @@ def train_digits_cnn(
     Training is deterministic per kernel path: the same ``seed`` and ``epochs`` give the same
     weights bit for bit in any process whose CPU takes the same float kernels
     (``common.cpu.describe().kernel_path``; AVX2 and AVX-512 kernels round differently, so
-    they train slightly different weights). In a source checkout the weights are kept in
-    ``build/cache/``, keyed by this module's source, torch's version, the kernel path and the
-    arguments, so later calls (other lessons, the other language's build, the tests) load them
-    instead of training again.
+    they train slightly different weights). The weights are kept in the course's cache
+    (``build/cache/`` in a source checkout, ``common.lesson.cache_folder``), keyed by this
+    module's source, the stack's versions, the kernel path and the arguments, so later calls
+    (other lessons, the other language's build, the tests) load them instead of training
+    again.
 
     Args:
         width: the model's width multiplier (:class:`DigitsCNN`).
@@ -204,15 +201,16 @@ def train_digits_cnn(
         ValueError: if ``width`` or ``epochs`` is not a positive integer or ``seed`` not an
             integer.
     """
-    name = f"digits_cnn-{_SOURCE_HASH}" + (f"-w{width}" if width != 1 else "")
+    name = f"digits_cnn-{digest(_SOURCE)}" + (f"-w{width}" if width != 1 else "")
     return _trained(lambda: DigitsCNN(width), name, seed=seed, epochs=epochs, cache=cache)
 
 
 def _trained(make, name: str, *, seed, epochs, cache: bool, lr: float = _LEARNING_RATE):
-    """``make()`` seeded, then its weights from ``build/cache/`` or trained and saved there.
+    """``make()`` seeded, then its weights from the course's cache or trained and kept there.
 
-    The file is ``<name>-torch<version>-<kernel path>-s<seed>-e<epochs>.pt``: float kernels
-    of different ISAs round differently, so they train different weights.
+    The file is ``weights/<name>-<kernel path>-s<seed>-e<epochs>.pt`` in
+    ``common.lesson.cache_folder()`` (``name`` holds a digest of the source and the stack):
+    float kernels of different ISAs round differently, so they train different weights.
     """
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ValueError(f"seed must be an integer, got {seed!r}")
@@ -221,22 +219,18 @@ def _trained(make, name: str, *, seed, epochs, cache: bool, lr: float = _LEARNIN
     with _reproducible():
         torch.manual_seed(seed)  # nn layers draw their initial weights from the global RNG
         model = make()
-    path = None
-    if cache and _CACHE is not None:
-        kernels = describe().kernel_path
-        path = _CACHE / f"{name}-torch{torch.__version__}-{kernels}-s{seed}-e{epochs}.pt"
-    if path is not None and path.exists():
-        model.load_state_dict(torch.load(path, weights_only=True))
+    if not cache:
+        fit(model.train(), epochs=epochs, seed=seed, lr=lr)
         return model.eval()
-    fit(model.train(), epochs=epochs, seed=seed, lr=lr)
-    model.eval()
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Write then rename: the two language builds may train and save at the same time.
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        torch.save(model.state_dict(), tmp)
-        tmp.replace(path)
-    return model
+
+    def train(path: Path) -> None:
+        fit(model.train(), epochs=epochs, seed=seed, lr=lr)
+        torch.save(model.state_dict(), path)
+
+    kernels = describe().kernel_path
+    path = cached_path("weights", f"{name}-{kernels}-s{seed}-e{epochs}.pt", train)
+    model.load_state_dict(torch.load(path, weights_only=True))
+    return model.eval()
 
 
 def export_digits_model(model: nn.Module) -> torch.fx.GraphModule:
@@ -290,10 +284,10 @@ def train_digits_vit(
     """Return a :class:`common.models.DigitsViT` trained on the train split, in eval mode.
 
     Deterministic as :func:`train_digits_cnn`: the same arguments give the same weights bit
-    for bit on the same kernel path. In a source checkout the weights are kept in
-    ``build/cache/``, keyed by the source of this module and of ``common.models``, torch's
-    version, the CPU's kernel path (``common.cpu.describe().kernel_path``: float kernels of
-    different ISAs round differently) and the arguments.
+    for bit on the same kernel path. The weights are kept in the course's cache (as
+    :func:`train_digits_cnn`'s), keyed by the source of this module and of ``common.models``,
+    the stack's versions, the CPU's kernel path (``common.cpu.describe().kernel_path``:
+    float kernels of different ISAs round differently) and the arguments.
 
     Args:
         attention: ``"sdpa"`` (separate q/k/v linears) or ``"mha"``
@@ -311,10 +305,9 @@ def train_digits_vit(
     """
     from common import models
 
-    source = hashlib.sha256(Path(__file__).read_bytes() + Path(models.__file__).read_bytes())
     return _trained(
         lambda: models.DigitsViT(attention=attention),
-        f"digits_vit_{attention}-{source.hexdigest()[:16]}",
+        f"digits_vit_{attention}-{digest(_SOURCE, Path(models.__file__))}",
         seed=seed,
         epochs=epochs,
         cache=cache,

@@ -348,27 +348,35 @@ def _plain(value) -> bool:
 
 def _feed_module(hasher, model) -> None:
     torch = sys.modules["torch"]
+    tensors = {
+        **dict(model.named_parameters(remove_duplicate=False)),
+        **dict(model.named_buffers(remove_duplicate=False)),  # non-persistent ones too
+    }
+    known = {id(tensor) for tensor in tensors.values()}
+    # The state dict's other entries (packed weights' extra state), each tensor hashed once.
+    for name, value in model.state_dict(keep_vars=True).items():
+        if id(value) not in known:
+            tensors[f"state:{name}"] = value
     if isinstance(model, torch.fx.GraphModule):
-        _feed(hasher, model.code)
         for node in model.graph.nodes:
             if node.op == "get_attr":  # convert's int8 constants are attributes, not buffers
                 value = model
                 for part in node.target.split("."):
                     value = getattr(value, part)
-                if isinstance(value, torch.Tensor):
-                    _feed(hasher, [node.target, value])
+                if isinstance(value, torch.Tensor) and id(value) not in known:
+                    tensors[f"attr:{node.target}"] = value
     else:
         _feed(hasher, repr(model))
+    internals = _module_internals()
     seen_functions: set = set()
     for name, module in model.named_modules(remove_duplicate=False):
         _feed(hasher, [name, type(module).__module__, type(module).__qualname__])
+        if isinstance(module, torch.fx.GraphModule):
+            _feed(hasher, module.code)
         for cls in type(module).__mro__:
             if cls.__module__.startswith(("torch.", "builtins")):
                 break
             _feed_source(hasher, cls, seen_functions)
-        internals = _module_internals()
-        if isinstance(module, torch.fx.GraphModule):
-            _feed(hasher, module.code)
         attributes = {
             key: value
             for key, value in vars(module).items()
@@ -378,9 +386,7 @@ def _feed_module(hasher, model) -> None:
         for key, value in vars(module).items():  # a function kept as an attribute
             if key not in internals and isinstance(value, types.FunctionType):
                 _feed_source(hasher, value, seen_functions)
-    _feed(hasher, dict(model.named_parameters(remove_duplicate=False)))
-    _feed(hasher, dict(model.named_buffers(remove_duplicate=False)))  # non-persistent too
-    _feed(hasher, dict(model.state_dict(keep_vars=False)))
+    _feed(hasher, tensors)
 
 
 def _feed_source(hasher, thing, seen: set) -> None:

@@ -2,9 +2,6 @@
 
 import contextlib
 import copy
-import hashlib
-import inspect
-import json
 import os
 import statistics
 import time
@@ -15,15 +12,15 @@ from pathlib import Path
 import torch
 
 from common.charts import display_width, pad
-from common.cpu import CpuInfo, describe, lesson_language
+from common.cpu import CpuInfo, describe
 from common.kernels import kernels_run
+from common.lesson import digest, lesson_language, measured_once
 
 __all__ = [
     "Race",
     "Timing",
     "Timings",
     "compare_speed",
-    "measured_once",
     "race",
     "timing_key",
     "timing_threads",
@@ -142,100 +139,25 @@ def _percentile(values: list, q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
-@dataclass
-class _MeasuredOnce:
-    """Where measurements are kept while the site is built (``folder``), so that the other
-    language's build shows the very figures this one measured; ``None`` when a reader or a
-    test runs a lesson: then everything is measured afresh. The docs build's per-lesson hook
-    (docs/course_gallery.py) sets it."""
-
-    folder: Path | None = None
-    #: Seconds spent in ``reuse`` while a build runs, measuring or reading (benchmarks/bench.py
-    #: shows it per module: the second language's share should be about nothing).
-    seconds: float = 0.0
-
-    def reuse(self, key: str | None, measure: Callable[[], dict]) -> dict:
-        """``measure()`` (a JSON value), or what a build of the other language measured for
-        ``key``; measured afresh when ``key`` is None or no build is running."""
-        if key is None or self.folder is None:
-            return measure()
-        started = time.perf_counter()
-        try:
-            return self._reuse(key, measure)
-        finally:
-            self.seconds += time.perf_counter() - started
-
-    def _reuse(self, key: str, measure: Callable[[], dict]) -> dict:
-        from filelock import FileLock  # a build dependency, not a reader's
-
-        self.folder.mkdir(parents=True, exist_ok=True)
-        path = self.folder / f"{key}.json"
-        with FileLock(f"{path}.lock"):  # the other language may be measuring it right now
-            if path.exists():
-                return json.loads(path.read_text("utf-8"))
-            found = measure()
-            partial = path.with_suffix(".json.new")
-            partial.write_text(json.dumps(found), "utf-8")
-            partial.replace(path)
-        return found
-
-
-#: Switched on by the docs build; see ``_MeasuredOnce``.
-measured_once = _MeasuredOnce()
-
-
-def _digest_module(digest, model) -> None:
-    """What a module computes: its code and every tensor it holds."""
-    if isinstance(model, torch.fx.GraphModule):
-        digest.update(model.code.encode())
-        for node in model.graph.nodes:
-            if node.op == "get_attr":  # convert's int8 constants are attributes, not buffers
-                value = model
-                for part in node.target.split("."):
-                    value = getattr(value, part)
-                if isinstance(value, torch.Tensor):
-                    digest.update(_tensor_bytes(value))
-    else:
-        for cls in type(model).__mro__:
-            if cls.__module__.startswith("torch."):
-                break
-            with contextlib.suppress(OSError, TypeError):
-                digest.update(inspect.getsource(cls).encode())
-        digest.update(repr(model).encode())
-    for name, tensor in model.state_dict(keep_vars=False).items():
-        digest.update(name.encode())
-        digest.update(_tensor_bytes(tensor))
-
-
-def _tensor_bytes(tensor: torch.Tensor) -> bytes:
-    """A tensor's values as bytes, whatever its layout (oneDNN's prepacked weights, qint8)."""
-    tensor = tensor.detach()
-    if tensor.is_mkldnn:
-        tensor = tensor.to_dense()
-    if tensor.is_quantized:
-        tensor = tensor.int_repr()
-    return tensor.contiguous().view(-1).view(torch.uint8).numpy().tobytes()
-
-
 def timing_key(models: dict, args: tuple, *settings) -> str | None:
     """A digest of what a timing depends on, or None when a model's code cannot be read.
 
-    The models' code and weights, the inputs' shapes and dtypes, torch's version, this CPU
-    and kernel path (``describe()``), the timing's thread count and any ``settings`` (e.g.
-    compiled, freezing). Models must be modules (``nn.Module``) not compiled yet (a compiled
-    one hides what it was compiled with).
+    The models as ``common.lesson.digest`` reads a module (code, plain attributes, every
+    parameter and buffer, the functions their classes call), the inputs' shapes and dtypes,
+    the installed torch, torchao and ExecuTorch, this CPU and kernel path (``describe()``), the
+    timing's thread count and any ``settings`` (e.g. compiled, freezing), and this module's
+    own code. Models must be modules (``nn.Module``) not compiled yet (a compiled one hides
+    what it was compiled with).
     """
-    digest = hashlib.sha256()
     for model in models.values():  # not the labels: each language names the models its way
         if not isinstance(model, torch.nn.Module) or hasattr(model, "_orig_mod"):
             return None
-        _digest_module(digest, model)
     shapes = [(tuple(a.shape), str(a.dtype)) for a in args if isinstance(a, torch.Tensor)]
     cpu = describe()
-    digest.update(
-        json.dumps([shapes, torch.__version__, cpu.name, cpu.kernel_path, settings]).encode()
-    )
-    return digest.hexdigest()[:20]
+    return digest(list(models.values()), shapes, cpu.name, cpu.kernel_path, settings, _SOURCE)
+
+
+_SOURCE = Path(__file__)  # a change to how timings are taken measures them afresh
 
 
 def _cached(key: str | None, labels: list, measure: Callable[[], "Timings"]) -> "Timings":
@@ -245,7 +167,7 @@ def _cached(key: str | None, labels: list, measure: Callable[[], "Timings"]) -> 
         found = asdict(measure())
         return {**found, "times": list(found["times"].values())}  # in order, without labels
 
-    found = measured_once.reuse(key and f"timings2-{key}", measured)  # 2: times as a list
+    found = measured_once(key and f"timings-{key}", measured)
     times = {label: Timing(**t) for label, t in zip(labels, found["times"], strict=True)}
     # Kept in English for both languages; the lesson gets it in its own.
     info = CpuInfo.from_verdict(found["cpu"])
@@ -272,8 +194,8 @@ def compare_speed(
 
     To time ``torch.compile``'d models, use ``race``: it compiles them the way a fair timing
     needs. While the site is built, a timing is measured once and the other language's page
-    shows the same figures (``measured_once``), when its models are uncompiled modules or the
-    caller gives a ``key``.
+    shows the same figures (``common.lesson.measured_once``), when its models are uncompiled
+    modules or the caller gives a ``key``.
 
     Args:
         models: label to callable, e.g. ``{"fp32": model, "int8": lowered}``.
@@ -375,9 +297,10 @@ def race(
 
     The rules, each of which has turned a real int8 win into a loss on the course's pages:
 
-    - **Compile inside the timing's thread count.** Inductor writes the thread count into
-      the code it generates; code compiled for two threads and timed on one ran int8 at
-      0.95× fp32 instead of 3×.
+    - **Compile inside the timing's thread count.** Inductor decides its loops' parallelism
+      from ``torch.get_num_threads()`` at compile time (at one thread it parallelizes none)
+      and specializes its CPU kernels on that count; code compiled for two threads and timed
+      on one ran int8 at 0.95× fp32 instead of 3×.
     - **Freezing is set for the process** (``torch._inductor.config.freezing``), not with
       ``config.patch`` around the first call: a later recompile (a new input shape,
       ``torch._dynamo.reset()``) happens outside such a block, without freezing, and runs

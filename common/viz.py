@@ -12,12 +12,11 @@ import graphviz
 import torch
 
 from common.charts import CJK_CHARACTERS
+from common.lesson import collect_picture
 
 __all__ = [
     "DIFF_LABELS",
     "GraphvizMissingError",
-    "PictureCollector",
-    "collected_pictures",
     "diff_dot",
     "draw",
     "draw_diff",
@@ -599,22 +598,6 @@ def describe(gm, *, title=None, diff=None) -> str:
 # -------------------------------------------------------------------------------- rendering
 
 
-class PictureCollector:
-    """Pictures drawn since the gallery scraper last ran, kept only while ``active``.
-
-    The site's gallery hooks (docs/course_gallery.py) switch it on before a lesson runs on the
-    site and take the pictures after each cell; elsewhere ``draw`` leaves it empty.
-    """
-
-    def __init__(self):
-        self.active = False
-        # (svg text, text alternative, the card's focus picture: focus_svg, or None)
-        self.pictures: list[tuple[str, str, str | None]] = []
-
-
-#: The one collector ``draw`` feeds and the sphinx-gallery scraper empties.
-collected_pictures = PictureCollector()
-
 # Graphviz wraps a node with a tooltip in <a xlink:title=...>; browsers show an SVG element's
 # <title> child on hover (and screen readers read it), so the tooltip replaces the node's
 # <title> (its bare name) and the wrapper goes: smaller, and the same in every browser.
@@ -656,9 +639,9 @@ def _show_in_jupyter(svg: str) -> bool:
 
 
 def _show(svg: str, alt: str, focus=lambda: None) -> None:
-    if collected_pictures.active:
-        collected_pictures.pictures.append((svg, alt, focus()))
-    elif not _show_in_jupyter(svg) and os.environ.get("PT2E_COURSE_DRAW_DIR"):
+    if collect_picture(svg, alt, focus):  # the site's build keeps it for the page
+        return
+    if not _show_in_jupyter(svg) and os.environ.get("PT2E_COURSE_DRAW_DIR"):
         folder = Path(os.environ["PT2E_COURSE_DRAW_DIR"])
         folder.mkdir(parents=True, exist_ok=True)
         index = len(list(folder.glob("graph_*.svg"))) + 1

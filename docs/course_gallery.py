@@ -1,5 +1,6 @@
-"""The site's sphinx-gallery hooks: put the pictures ``draw`` makes on the lesson pages, and
-send the figures a lesson publishes (common.results) to its own file.
+"""The site's sphinx-gallery hooks: start each lesson as the build runs it (common.lesson: its
+language, its figures' file, timings measured once), and put the pictures ``draw`` makes on the
+lesson pages.
 
 Part of the site's build (docs/course_conf.py names them), not of what readers import. Kept
 apart from common.viz so that resolving these hooks does not import torch: a docs rebuild with
@@ -14,27 +15,24 @@ __all__ = ["reset", "scraper"]
 
 
 def reset(gallery_conf, fname) -> None:
-    """``reset_modules`` hook, run before each lesson: quiet the stack, collect its pictures,
-    send the figures it publishes to its own file (common.results), keep its timings for the
-    other language's build (common.timing.measured_once), start it with inductor's default
-    freezing (``common.timing.race`` sets freezing for its process, and every lesson of a
-    language runs in one process), and once torchao is loaded, export its pattern graphs once
-    for the whole build (docs/pattern_graphs.py).
+    """``reset_modules`` hook, run before each lesson: quiet the stack, state the lesson
+    (``common.lesson.start``: its language, its pictures collected, the figures it publishes
+    sent to its own file, its timings kept for the other language's build), start it with
+    inductor's default freezing (``common.timing.race`` sets freezing for its process, and
+    every lesson of a language runs in one process), and once torchao is loaded, export its
+    pattern graphs once for the whole build (docs/pattern_graphs.py).
 
     Args:
         gallery_conf: sphinx-gallery's configuration; its ``src_dir`` is the language's docs
             folder (docs/<lang>).
         fname: the lesson's file name.
     """
+    from common import lesson
     from common.pt2e import quiet
-    from common.results import results_target
-    from common.timing import measured_once
-    from common.viz import collected_pictures
 
     from course_sources import MEASURED_ONCE, results_folder
 
     quiet()
-    measured_once.folder = MEASURED_ONCE
     if "torch._inductor.config" in sys.modules:
         sys.modules["torch._inductor.config"].freezing = False
     forget_earlier_main()
@@ -42,10 +40,9 @@ def reset(gallery_conf, fname) -> None:
         from pattern_graphs import export_once
 
         export_once()
-    collected_pictures.active = True
-    collected_pictures.pictures.clear()
     lang = Path(gallery_conf["src_dir"]).name
-    results_target.start(results_folder(lang), Path(fname).stem)
+    name = Path(fname).stem
+    lesson.start(lang=lang, name=name, results=results_folder(lang), measured=MEASURED_ONCE)
 
 
 def forget_earlier_main() -> None:
@@ -152,11 +149,11 @@ def scraper(block, block_vars, gallery_conf) -> str:
     Returns:
         str: reST with one inline picture per ``draw`` call of the cell ("" when none).
     """
-    from common.viz import collected_pictures
+    from common.lesson import take_pictures
 
     check_chart_glyphs()
     rst = ""
-    for svg, alt, focus in collected_pictures.pictures:
+    for svg, alt, focus in take_pictures():
         path = Path(next(block_vars["image_path_iterator"])).with_suffix(".svg")
         path.write_text(svg, encoding="utf-8")
         focus_path = path.with_name(f"{path.stem}_focus.svg")
@@ -165,5 +162,4 @@ def scraper(block, block_vars, gallery_conf) -> str:
         else:  # the picture lost its highlight since the last build
             focus_path.unlink(missing_ok=True)
         rst += _raw_html(inline_html(svg, alt))
-    collected_pictures.pictures.clear()
     return rst

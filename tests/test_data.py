@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from common import data
+from common import data, lesson
 from common.data import (
     SPLITS,
     accuracy,
@@ -63,10 +63,10 @@ def test_two_trainings_give_identical_weights_and_restore_the_callers_settings()
 
 
 def test_the_cache_returns_the_trained_weights(tmp_path, monkeypatch):
-    monkeypatch.setattr(data, "_CACHE", tmp_path)
+    monkeypatch.setattr(lesson, "cache_folder", lambda: tmp_path)
     trained = train_digits_cnn(seed=5, epochs=1)
-    (stored,) = tmp_path.glob("digits_cnn-*-s5-e1.pt")
-    assert not list(tmp_path.glob(".*")), "no temporary file is left behind"
+    (stored,) = tmp_path.glob("weights/digits_cnn-*-s5-e1.pt")
+    assert not list(tmp_path.glob("weights/.*")), "no temporary file is left behind"
     loaded = train_digits_cnn(seed=5, epochs=1)
     assert not loaded.training
     for name, value in trained.state_dict().items():
@@ -77,13 +77,13 @@ def test_the_cache_returns_the_trained_weights(tmp_path, monkeypatch):
 def test_the_cache_is_keyed_by_the_kernel_path(tmp_path, monkeypatch):
     from dataclasses import replace
 
-    monkeypatch.setattr(data, "_CACHE", tmp_path)
+    monkeypatch.setattr(lesson, "cache_folder", lambda: tmp_path)
     native = data.describe()
     train_digits_cnn(seed=5, epochs=1)
     other = replace(native, aten=f"not-{native.aten}")
     monkeypatch.setattr(data, "describe", lambda: other)
     train_digits_cnn(seed=5, epochs=1)
-    names = sorted(p.name for p in tmp_path.glob("digits_cnn-*-s5-e1.pt"))
+    names = sorted(p.name for p in tmp_path.glob("weights/digits_cnn-*-s5-e1.pt"))
     assert len(names) == 2, f"one file per kernel path, got {names}"
     for cpu in (native, other):
         assert any(f"-{cpu.kernel_path}-" in name for name in names), cpu.kernel_path
@@ -116,11 +116,11 @@ def test_two_vit_trainings_give_identical_weights(attention):
 def test_the_vit_cache_is_keyed_by_style_and_kernel_path(tmp_path, monkeypatch):
     from common.cpu import describe
 
-    monkeypatch.setattr(data, "_CACHE", tmp_path)
+    monkeypatch.setattr(lesson, "cache_folder", lambda: tmp_path)
     trained = train_digits_vit(attention="mha", seed=5, epochs=1)
-    (stored,) = tmp_path.glob("digits_vit_mha-*-s5-e1.pt")
+    (stored,) = tmp_path.glob("weights/digits_vit_mha-*-s5-e1.pt")
     assert describe().kernel_path in stored.name
-    assert not list(tmp_path.glob(".*")), "no temporary file is left behind"
+    assert not list(tmp_path.glob("weights/.*")), "no temporary file is left behind"
     loaded = train_digits_vit(attention="mha", seed=5, epochs=1)
     for name, value in trained.state_dict().items():
         assert torch.equal(loaded.state_dict()[name], value), name

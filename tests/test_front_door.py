@@ -237,3 +237,63 @@ def test_the_download_line_names_what_a_lesson_imports_beyond_the_course():
     assert "executorch==" in m06 and "nncf==" not in m06
     m07 = line("m07_your_model/m07_3_every_quantizer.py")
     assert "executorch==" in m07 and "nncf==" in m07 and "openvino==" in m07
+
+
+#: The lessons that keep expensive results in the course's cache (M03-4: AOTInductor packages
+#: and trained weights; M06-3: its .pte and ETRecord), run as a pip-installed reader runs them.
+CACHING_LESSONS = (
+    Path("m03_lowering/m03_4_shipping.py"),
+    Path("m06_executorch/m06_3_pte_inside_out.py"),
+)
+
+
+def files_under(folder: Path) -> dict[str, tuple]:
+    """Every file, folder and link under ``folder`` with its size and modification time."""
+    found = {}
+    for parent, folders, files in os.walk(folder):
+        for name in folders + files:
+            path = Path(parent, name)
+            info = path.lstat()
+            size = None if path.is_dir() and not path.is_symlink() else info.st_size
+            found[path.relative_to(folder).as_posix()] = (size, info.st_mtime_ns)
+    return found
+
+
+def test_an_installed_course_run_from_another_folder_writes_nothing_under_its_virtualenv(
+    tmp_path,
+):
+    """A reader who pip-installs the course (the command beside M06-3's downloads) and runs the
+    downloaded M03-4 and M06-3 from a folder of their own: the course's cache goes to the
+    per-user cache folder (common.lesson.cache_folder), nothing beside the installed package.
+    A download is the lesson's file as it is in examples/. Cost: a virtualenv with torch and
+    ExecuTorch from local wheels, then the two lessons (a few minutes on 2 cores)."""
+    from course_links import run_needs
+
+    scripts = [EXAMPLES / "en" / relative for relative in CACHING_LESSONS]
+    command = re.search(r"``(pip install [^`]+)``", run_needs("en", scripts))[1]
+    clone = tmp_path / "pt2e-course"
+    subprocess.run(["git", "clone", "-q", "--no-local", str(ROOT), str(clone)], check=True)
+    command = command.replace(course_conf.COURSE_REPOSITORY, f"file://localhost{clone}")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    installed = subprocess.run(
+        [python, "-m", *shlex.split(command), "-q"], capture_output=True, text=True
+    )
+    assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
+    before = files_under(venv)
+
+    home = tmp_path / "home"  # the reader's: their per-user cache lands there
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
+    env.update(XDG_CACHE_HOME=str(home / ".cache"), MPLCONFIGDIR=str(home / "mpl"))
+    for script in scripts:
+        ran = tmp_path / "ran" / script.stem
+        ran.mkdir(parents=True)
+        run_as_a_reader(python, Path(shutil.copy(script, ran)), ran, env=env)
+
+    after = files_under(venv)
+    written = sorted(path for path in after if after[path] != before.get(path))
+    assert not written, f"the lessons wrote under the virtualenv: {written[:20]}"
+    kept = home / ".cache" / "pt2e-course"
+    assert list(kept.glob("executorch/m06_3-conv_net-*/model.pte")), "M06-3's .pte is kept"
+    assert list(kept.glob("aoti/*.pt2")), "M03-4's packages are kept"

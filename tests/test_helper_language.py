@@ -1,6 +1,6 @@
 """The helpers print their lines in the lesson's language: ``describe().verdict``,
 ``Timings.table()``/``header()`` and common.coverage's reports read it from the lesson that calls
-them (common.cpu's ``lesson_language``), so a downloaded zh_TW script or notebook prints Chinese
+them (common.lesson's ``lesson_language``), so a downloaded zh_TW script or notebook prints Chinese
 with no setting."""
 
 import runpy
@@ -10,7 +10,8 @@ from dataclasses import replace
 
 import pytest
 
-from common.cpu import CpuInfo, describe, lesson_language
+from common.cpu import CpuInfo, describe
+from common.lesson import lesson_language
 from common.timing import Race, Timing, Timings
 
 CHINESE = "\u4e00-\u9fff"
@@ -32,7 +33,7 @@ def lesson(tmp_path, folder: str, docstring: str):
     path.parent.mkdir(parents=True)
     path.write_text(
         f'"""{docstring}"""\n'
-        "from common.cpu import describe, lesson_language\n"
+        "from common.cpu import describe\nfrom common.lesson import lesson_language\n"
         "LANGUAGE = lesson_language()\n"
         "VERDICT = describe().verdict\n",
         encoding="utf-8",

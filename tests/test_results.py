@@ -1,4 +1,5 @@
-"""The landing page's speed-ups: each with its spreads and load, ties said to be within noise."""
+"""The landing page's figures: what a lesson publishes (common.results), and the speed-ups
+each with its spreads and load, ties said to be within noise."""
 
 import pytest
 
@@ -38,3 +39,55 @@ def test_speedups_within_their_spreads_are_ties(figures, ties):
 def test_a_speedup_shows_its_spreads_and_load(lang):
     shown = speedup(2.764, [0.13, 0.29], 2.96, TEXT[lang])
     assert shown.startswith("2.76×") and "13%" in shown and "29%" in shown and "2.96" in shown
+
+
+# ---------------------------------------------------------------- common.results.publish
+
+
+@pytest.fixture
+def building(tmp_path):
+    """A lesson as the site's build runs it, its figures sent under ``tmp_path``."""
+    from common import lesson
+
+    lesson.start(lang="en", name="m03_3_speed", results=tmp_path)
+    yield tmp_path / "m03_3_speed.json"
+    lesson.stop()
+
+
+def test_publish_writes_the_running_lessons_figures_while_the_site_is_built(building):
+    import json
+
+    from common.results import publish
+
+    publish("int8_speedup_compiled", 2.5)
+    publish("spreads", (0.1, 0.2))
+    assert json.loads(building.read_text("utf-8")) == {
+        "int8_speedup_compiled": 2.5,
+        "spreads": [0.1, 0.2],
+    }
+    stamp = building.stat().st_mtime_ns
+    publish("spreads", [0.1, 0.2])
+    assert building.stat().st_mtime_ns == stamp, "the same figures: the file is left alone"
+
+
+def test_a_reader_publishes_nothing(tmp_path):
+    from common.results import publish
+
+    publish("answer", 42)
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "message"),
+    [
+        (object(), TypeError, "needs a number, string, list or dict, not object"),
+        (float("nan"), ValueError, "got NaN or infinity"),
+    ],
+    ids=["not-json", "nan"],
+)
+def test_publish_refuses_what_is_not_a_finite_json_value(building, value, error, message):
+    from common.results import publish
+
+    with pytest.raises(error, match=message):
+        publish("figure", value)
+    assert not building.exists()

@@ -32,9 +32,7 @@ and how small it is next to float and to the x86 int8 model.
 # and two linears), quantized with ``XNNPACKQuantizer`` and calibrated on four batches.
 
 import contextlib
-import hashlib
 import io
-import shutil
 import tempfile
 import warnings
 from pathlib import Path
@@ -42,8 +40,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import torch
 
-import common
 from common.charts import pad, use_course_style
+from common.lesson import cached_path, digest
 from common.models import example_inputs, get_model, input_shape
 from common.numerics import sqnr
 from common.pt2e import export_module, quiet, x86_quantizer
@@ -66,7 +64,6 @@ from executorch.exir._serialize._flatbuffer_program import _flatbuffer_to_progra
 from executorch.exir._serialize._program import _get_extended_header
 from executorch.extension.pybindings import portable_lib
 from executorch.runtime import Runtime
-from executorch.version import __version__ as executorch_version
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
 qd = torch.ops.quantized_decomposed
@@ -109,34 +106,20 @@ qdq_model = quantized(XNNPACKQuantizer().set_global(xnnpack_config))
 # Step 5. Lowering takes seconds, so the ``.pte`` and the ETRecord are kept in
 # ``build/cache/``, under a name made of everything that produced them.
 
-CACHE = Path(common.__file__).resolve().parents[1] / "build" / "cache"
-
-
-def cache_key(model) -> str:
-    digest = hashlib.sha256(f"{torch.__version__} {executorch_version}".encode())
-    digest.update(model.code.encode())
-    for name, tensor in sorted(model.state_dict().items()):
-        digest.update(name.encode() + tensor.contiguous().view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()[:16]
-
 
 def lowered(model) -> tuple[bytes, Path]:
-    folder = CACHE / f"m06_3-conv_net-{cache_key(model)}"
-    if not folder.exists():
+    def lower(folder: Path) -> None:
         exported = torch.export.export(model, x)
         xnnpack = [XnnpackPartitioner()]
         edge = to_edge_transform_and_lower(exported, partitioner=xnnpack, generate_etrecord=True)
         program = edge.to_executorch()
         record = program.get_etrecord()
         record.update_representative_inputs([x])
-        CACHE.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(dir=CACHE))  # another process may be writing too
-        record.save(str(staging / "etrecord.bin"))
-        (staging / "model.pte").write_bytes(program.buffer)
-        try:
-            staging.rename(folder)
-        except OSError:  # it finished first: use its copy
-            shutil.rmtree(staging)
+        folder.mkdir()
+        record.save(str(folder / "etrecord.bin"))
+        (folder / "model.pte").write_bytes(program.buffer)
+
+    folder = cached_path("executorch", f"m06_3-conv_net-{digest(model)}", lower)
     return (folder / "model.pte").read_bytes(), folder / "etrecord.bin"
 
 
@@ -317,7 +300,7 @@ timings = race(
         LABELS["fp32 eager"]: float_model,
         LABELS["pte run"]: lambda image: forward.execute([image])[0],
     },
-    also_key=hashlib.sha256(pte_bytes).hexdigest(),
+    also_key=digest(pte_bytes),
 )
 print(timings.table())
 ran = timings.kernels[LABELS["x86 compiled"]]

@@ -1,0 +1,173 @@
+"""Timings that hold on a small shared machine (common.timing): compare_speed, race, the key
+a timing is measured once by while the site is built."""
+
+import itertools
+from pathlib import Path
+
+import pytest
+import torch
+
+from common import lesson, timing
+from common.cpu import describe
+from common.kernels import KernelsRun
+from common.timing import Timing, compare_speed, race, timing_key, timing_threads
+
+
+def tiny_conv_net() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(8 * 6 * 6, 4)
+    ).eval()
+
+
+def test_compare_speed_interleaves_rounds_in_a_rotating_order():
+    calls = []
+    models = {label: (lambda x, label=label: calls.append(label)) for label in "abc"}
+    timings = compare_speed(models, (None,), rounds=5, warmup=1)
+    rounds = [calls[i : i + 3] for i in range(0, len(calls), 3)]
+    assert len(rounds) == 6 and all(sorted(r) == ["a", "b", "c"] for r in rounds)
+    assert [r[0] for r in rounds] == ["a", "b", "c", "a", "b", "c"], "each model leads in turn"
+    assert all(timings[label].rounds == 5 for label in "abc"), "warm-up rounds are not timed"
+
+
+def test_compare_speed_times_on_its_threads_and_restores_the_callers():
+    before, seen = torch.get_num_threads(), []
+    timings = compare_speed({"m": lambda x: seen.append(torch.get_num_threads())}, (0,), rounds=5)
+    assert set(seen) == {timing_threads()} and timings.threads == timing_threads()
+    assert torch.get_num_threads() == before
+    compare_speed({"m": lambda x: seen.append(torch.get_num_threads())}, (0,), rounds=5, threads=1)
+    assert seen[-1] == 1
+
+
+def test_compare_speed_table_says_how_the_numbers_were_taken():
+    timings = compare_speed({"fp32": torch.neg, "int8": torch.abs}, (torch.ones(64),), rounds=5)
+    table = timings.table()
+    for piece in ("fp32", "int8", "median ms", "p10–p90", "spread", "load average"):
+        assert piece in table
+    assert f"timed with {timings.threads} thread(s), 5 interleaved rounds" in table
+    assert describe().verdict.split(";")[0] in table, "the CPU's int8 verdict"
+    t = timings["fp32"]
+    assert t.low <= t.median <= t.high
+    assert timings.ratio("fp32", "int8") == t.median / timings["int8"].median
+
+
+def test_timing_spread_is_the_middle_range_over_the_median():
+    assert Timing(median=10.0, low=9.0, high=12.0, rounds=5).spread == pytest.approx(0.3)
+    assert Timing(median=0.0, low=0.0, high=0.0, rounds=5).spread == 0.0
+
+
+@pytest.mark.parametrize(
+    ("models", "rounds", "message"),
+    [({}, 30, "at least one model"), ({"m": abs}, 4, "rounds=4 gives no usable median")],
+    ids=["no-models", "too-few-rounds"],
+)
+def test_compare_speed_refuses_unusable_settings(models, rounds, message):
+    with pytest.raises(ValueError, match=message):
+        compare_speed(models, (1,), rounds=rounds)
+
+
+def test_race_refuses_a_model_compiled_already():
+    with pytest.raises(TypeError, match=r"already torch\.compile'd"):
+        race({"fp32": torch.compile(tiny_conv_net())}, (torch.randn(1, 3, 8, 8),))
+
+
+def test_race_raises_when_the_kernels_change_during_the_timing(monkeypatch):
+    answers = itertools.cycle(
+        [KernelsRun(int8={"onednn::qconv_pointwise": 1}, float={}), KernelsRun(int8={}, float={})]
+    )
+    monkeypatch.setattr(timing, "kernels_run", lambda model, args: next(answers))
+    monkeypatch.setattr(torch, "compile", lambda model, **options: model)
+    monkeypatch.setattr(torch._inductor.config, "freezing", False)
+    with pytest.raises(RuntimeError, match="recompiled"):
+        race({"int8": tiny_conv_net()}, (torch.randn(1, 3, 8, 8),), rounds=5, warmup=0)
+
+
+def test_race_compiles_with_freezing_for_the_process_and_reports_what_ran(monkeypatch):
+    monkeypatch.setattr(torch._inductor.config, "freezing", False)
+    raced = race({"fp32": tiny_conv_net()}, (torch.randn(2, 3, 8, 8),), rounds=5, warmup=1)
+    assert torch._inductor.config.freezing, "a later recompile keeps freezing"
+    assert hasattr(raced.models["fp32"], "_orig_mod"), "the timed model is the compiled copy"
+    assert raced.kernels["fp32"].float and not raced.kernels["fp32"].int8
+    assert raced["fp32"].rounds == 5 and "ran int8: none" in raced.table()
+
+
+def test_timing_key_follows_the_weights_and_the_input_shape():
+    x = (torch.randn(2, 3, 8, 8),)
+    model = tiny_conv_net()
+    key = timing_key({"m": model}, x)
+    assert key == timing_key({"m": tiny_conv_net()}, x), "same code, same weights"
+    with torch.no_grad():
+        model[0].weight[0, 0, 0, 0] += 1
+    assert timing_key({"m": model}, x) != key
+    assert timing_key({"m": tiny_conv_net()}, (torch.randn(4, 3, 8, 8),)) != key
+    assert timing_key({"m": lambda t: t}, x) is None, "code it cannot read: no key"
+    assert timing_key({"m": torch.compile(tiny_conv_net())}, x) is None
+
+
+def test_a_timing_is_measured_once_while_the_site_is_built(tmp_path):
+    x = (torch.randn(2, 3, 8, 8),)
+    lesson.start(lang="en", name="m03_3_speed", measured=tmp_path, pictures=False)
+    try:
+        first = compare_speed({"m": tiny_conv_net()}, x, rounds=5)
+        again = compare_speed({"m": tiny_conv_net()}, x, rounds=5)
+    finally:
+        lesson.stop()
+    assert again == first, "the other language's build shows the same figures"
+    assert len(list(tmp_path.glob("*/*.json"))) == 1
+    compare_speed({"m": tiny_conv_net()}, x, rounds=5)
+    assert len(list(tmp_path.glob("*/*.json"))) == 1, "a reader's run measures afresh"
+
+
+class Scaled(torch.nn.Module):
+    """Does ``repeat`` times the work, and adds its non-persistent buffer."""
+
+    def __init__(self, repeat: int, offset: float = 0.0):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+        self.repeat = repeat  # a plain attribute that steers forward
+        self.register_buffer("offset", torch.full((8,), offset), persistent=False)
+
+    def forward(self, x):
+        for _ in range(self.repeat):
+            x = self.linear(x)
+        return shifted(x, self.offset)
+
+
+def shifted(x, offset):
+    return x + offset
+
+
+def scaled(repeat: int = 1, offset: float = 0.0) -> Scaled:
+    torch.manual_seed(0)
+    return Scaled(repeat, offset).eval()
+
+
+def test_timing_key_follows_a_plain_attribute_that_changes_the_work():
+    x = (torch.randn(2, 8),)
+    assert timing_key({"m": scaled(1)}, x) == timing_key({"m": scaled(1)}, x)
+    assert timing_key({"m": scaled(1)}, x) != timing_key({"m": scaled(50)}, x)
+
+
+def test_timing_key_follows_a_non_persistent_buffer():
+    x = (torch.randn(2, 8),)
+    one, other = scaled(offset=0.0), scaled(offset=1.0)
+    assert one.state_dict().keys() == other.state_dict().keys(), "not in the state dict"
+    assert timing_key({"m": one}, x) != timing_key({"m": other}, x)
+
+
+def test_timing_key_follows_the_module_level_functions_forward_calls(monkeypatch):
+    x = (torch.randn(2, 8),)
+    key = timing_key({"m": scaled()}, x)
+    monkeypatch.setitem(globals(), "shifted", lambda x, offset: x - offset)
+    assert timing_key({"m": scaled()}, x) != key
+
+
+def test_timing_key_follows_the_stack_and_the_helpers_code(monkeypatch):
+    x = (torch.randn(2, 8),)
+    key = timing_key({"m": scaled()}, x)
+    versions = (("torch", "2.13.0"), ("torchao", "0.18.0"), ("executorch", "9.9.9"))
+    monkeypatch.setattr(lesson, "stack_versions", lambda: versions)
+    assert timing_key({"m": scaled()}, x) != key, "another ExecuTorch"
+    monkeypatch.undo()
+    monkeypatch.setattr(timing, "_SOURCE", Path(lesson.__file__))
+    assert timing_key({"m": scaled()}, x) != key, "another common/timing.py"

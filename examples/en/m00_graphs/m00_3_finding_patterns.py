@@ -3,7 +3,7 @@ M00-3 Finding patterns: conv → batch norm → relu
 ================================================
 
 Before a quantizer can decide where the quantize and dequantize nodes go, it must find the
-groups of nodes that will run as one fused kernel, such as conv → relu. This lesson finds
+groups of nodes that fusion will run as one kernel, such as conv → relu. This lesson finds
 every conv → (batch norm →) relu chain of an exported graph three ways: by walking
 ``graph.nodes`` by hand, with ``get_source_partitions`` (nodes grouped by the module they came
 from), and with ``SubgraphMatcher`` (a small pattern graph matched node for node). All three

@@ -129,7 +129,7 @@ assert len(conv.args) == 5 < len(schema_args) == 7, "dilation 與 groups 維持�
 # %%
 # ``all_input_nodes`` 只留下 ``args`` 與 ``kwargs`` 裡的 node，也就是圖上的邊。
 # ``max_pool2d`` 則是另一個極端：除了輸入之外全是常數，
-# kernel 大小 2、stride 2（``nn.MaxPool2d(2)`` 沒給 stride 時就用 kernel 大小）。
+# 視窗大小（ ``kernel_size`` ）2、stride 2（ ``nn.MaxPool2d(2)`` 沒給 stride 時就用視窗大小）。
 
 pool = nodes["max_pool2d"]
 print(f"conv2d.all_input_nodes     = {conv.all_input_nodes}")
@@ -138,7 +138,7 @@ print(f"max_pool2d.all_input_nodes = {pool.all_input_nodes}")
 assert conv.all_input_nodes == [a for a in conv.args if isinstance(a, torch.fx.Node)], (
     "all_input_nodes 就是 args 裡的 node"
 )
-assert pool.args[1:] == ([2, 2], [2, 2]), "kernel 大小 2、stride 2"
+assert pool.args[1:] == ([2, 2], [2, 2]), "視窗大小 2、stride 2"
 assert pool.all_input_nodes == [nodes["relu"]], "它唯一的輸入 node 是 relu"
 
 # %%

@@ -3,7 +3,7 @@ M00-3 找出模式：conv → batch norm → relu
 ============================================
 
 quantizer 在決定 quantize／dequantize node 放在哪裡之前，
-得先找出哪幾個 node 會合併成一個 fused kernel 執行，例如 conv → relu。
+得先找出哪幾個 node 會融合成一個 kernel 執行，例如 conv → relu。
 本課用三種方法，找出匯出的圖裡每一條 conv →（batch norm →）relu：
 親手走訪 ``graph.nodes``、用 ``get_source_partitions`` （依 node 來自的模組分組），
 以及用 ``SubgraphMatcher`` （拿一張小的模式圖逐個 node 比對）。
@@ -226,11 +226,11 @@ assert tuple(sorted(matched)) == tuple(sorted(by_hand[0])), matched
 draw(gm, highlight=matched, title="步驟 3：SubgraphMatcher 找到的鏈")
 
 # %%
-# 步驟 4 — quantizer 為什麼透過 source partition 標註
-# ---------------------------------------------------
+# 步驟 4 — quantizer 為什麼透過來源分割標註
+# -------------------------------------------
 # torchao 的 ``X86InductorQuantizer`` 以模組為單位思考：「每個後面接著 ``ReLU`` 的
 # ``Conv2d`` 都要量化」。
-# 不論模組變成了哪些 ATen 運算子與常數，source partition 都能直接回答這個問題；
+# 不論模組變成了哪些 ATen 運算子與常數，來源分割（source partition）都能直接回答這個問題；
 # 親手走訪或模式圖則得把每個運算子、overload 和常數一一寫出來。
 # 它用 ``find_sequential_partitions`` 找 conv → relu，用 ``get_source_partitions`` 找單獨的 conv：
 
@@ -242,7 +242,7 @@ assert "get_source_partitions(" in single, "單獨的 conv：用分組找"
 
 # %%
 # 代價是一切都建立在 ``meta`` 上。替換 node 卻沒有複製 ``meta`` 的 pass，
-# 會讓新 node 在 source partition 眼中消失。
+# 會讓新 node 在來源分割裡消失。
 # 下面用 M00-4 的做法，把 ``relu`` 換成一個一模一樣的新 ``aten.relu`` node：
 # 親手走訪仍然找得到這條鏈，分組卻找不到了。
 

@@ -71,7 +71,7 @@ def call_functions(gm):
 class TwoBranches(nn.Module):
     def __init__(self):
         super().__init__()
-        torch.manual_seed(0)  # 固定權重：頁面上的數字不受先前執行的課程影響
+        torch.manual_seed(0)  # 固定的 weight：頁面上的數字不受先前執行的課程影響
         self.a, self.b = nn.Conv2d(3, 4, 1), nn.Conv2d(3, 4, 1)
 
     def forward(self, x):

@@ -358,7 +358,7 @@ assert torch.equal(mine(*x), lowered(*x)), "輸出相等"
 #              "torchao 警告它做不到"
 #          )
 #          rows = linears(quantized(get_model("vit_mha"), by_type))
-#          assert sum(int8 for *_, int8 in rows) == 5, "仍然是 5：partition 沒有改變"
+#          assert sum(int8 for *_, int8 in rows) == 5, "仍然是 5：分割沒有改變"
 #
 # 2. 比照 ``torch.compile`` ，先替 torchao 的 lowering 把圖準備好：照它的方式重新匯出
 #    （ ``lowering.reexport`` ），把 view 改成 reshape（ ``lowering.reshape_views`` ），再執行

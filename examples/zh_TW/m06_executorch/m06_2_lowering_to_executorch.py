@@ -144,7 +144,7 @@ assert "aten_linear_default" in delegated(lowered)["lowered_module_1"], "linear 
 # %%
 # 步驟 3 — 什麼留在 portable kernel 上，以及原因
 # -----------------------------------------------
-# mean 在 ExecuTorch 的 **portable kernels** （ExecuTorch 自帶、寫成單純 C++ 迴圈的
+# mean 在 ExecuTorch 的 **portable kernels** （ExecuTorch 內建、寫成單純 C++ 迴圈的
 # kernel）上以浮點數執行：第一個 delegate 的結尾是原本包在 mean 前後的 quantize 與
 # dequantize（XNNPACK 也會接下單獨的 q 或 dq），第二個 delegate 從下一個 quantize 開始。
 # XNNPACK 的 partitioner 每個運算有一個 config；它的 ``MeanDimConfig`` 把 mean 下放成

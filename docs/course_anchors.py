@@ -14,25 +14,7 @@ from pathlib import Path
 from docutils import nodes
 from sphinx.transforms import SphinxTransform
 
-ROOT = Path(__file__).resolve().parents[1]
-EXAMPLES = ROOT / "examples"
-
-
-def english_source(docname: str) -> Path | None:
-    """The English file a page's sections come from: a lesson's script, a module's README.txt.
-
-    >>> english_source("lessons/m00_graphs/index").name
-    'README.txt'
-    >>> english_source("glossary") is None
-    True
-    """
-    parts = docname.split("/")
-    if len(parts) != 3 or parts[0] != "lessons":
-        return None
-    folder = EXAMPLES / "en" / parts[1]
-    path = folder / "README.txt" if parts[2] == "index" else folder / f"{parts[2]}.py"
-    return path if path.is_file() else None
-
+from course_sources import page_source
 
 _ADORNMENT = re.compile(r"([!-/:-@\[-`{-~])\1+\s*$")  # a line of one punctuation character
 _MARKUP = [
@@ -94,7 +76,8 @@ class EnglishSectionIds(SphinxTransform):
     default_priority = 870
 
     def apply(self, **kwargs) -> None:
-        source = english_source(self.env.docname)
+        # The English file a page's sections come from: a lesson's script, a module's README.txt.
+        source = page_source("en", self.env.docname)
         if source is None:
             return
         self.env.note_dependency(str(source))

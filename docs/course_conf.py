@@ -25,7 +25,7 @@ TEXT = {
             "# 請用課程頁面上的同一個指令安裝：\n"
             f'# pip install "pt2e-course @ git+{COURSE_REPOSITORY}"\n'
         ),
-        # The landing page's measured results (course_directives.CourseResults), the report link and
+        # The landing page's measured results (course_results.CourseResults), the report link and
         # the built-with line of a lesson page, the line beside the download buttons.
         "results_caption": "課程的重點數字，各連到量測它的那一課",
         "results_head": ("量測項目", "本次建置", "出處"),
@@ -77,7 +77,7 @@ TEXT = {
             "# the course there with the command the lesson page gives:\n"
             f'# pip install "pt2e-course @ git+{COURSE_REPOSITORY}"\n'
         ),
-        # The landing page's measured results (course_directives.CourseResults), the report link and
+        # The landing page's measured results (course_results.CourseResults), the report link and
         # the built-with line of a lesson page, the line beside the download buttons.
         "results_caption": "The course's headline figures, each with the lesson that measured it",
         "results_head": ("What", "This build", "Lesson"),
@@ -176,10 +176,11 @@ def make_config(lang: str) -> dict:
             "sphinx.ext.napoleon",
             "sphinx_copybutton",
             # The site's own extensions, one job each (docs/<name>.py):
-            "course_directives",  # course map, measured results, lessons index, {lesson} role
+            "course_directives",  # course map, module cards, lessons index, {lesson} role
+            "course_results",  # the landing page's measured results
             "course_api",  # the API page: a section per module of common/, lessons using each name
             "course_links",  # per page: twin page, Colab, report, built-with, run-needs line
-            "course_gallery_zh",  # sphinx-gallery's English phrases in Chinese on zh_TW pages
+            "course_gallery_tidy",  # sphinx-gallery's pages tidied: lesson top, thumbnails, zh
             "course_rerun",  # lessons run again, pages read again, when their other inputs change
             "course_kernel_lock",  # one Jupyter kernel at a time across the two builds
             "course_sitemap",  # <lang>/sitemap.xml, every page with its twin; no theme macros

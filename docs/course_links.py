@@ -19,8 +19,8 @@ from docutils import nodes
 from sphinx import addnodes
 from sphinx.transforms import SphinxTransform
 
-from course_conf import ROOT, TEXT
-from course_sources import is_lesson_page
+from course_conf import TEXT
+from course_sources import is_lesson_page, page_scripts
 from site_facts import COLAB_NOTEBOOKS, COURSE_REPOSITORY, SITE_URL, other_language
 
 
@@ -125,16 +125,6 @@ def _is_torch_compile(node) -> bool:
     )
 
 
-def _page_scripts(lang: str, docname: str) -> list[Path]:
-    """The scripts a gallery page offers for download: a lesson's own, or all of a module's."""
-    parts = docname.split("/")
-    if len(parts) != 3 or parts[0] != "lessons":  # lessons/<module>/<page>
-        return []
-    folder = ROOT / "examples" / lang / parts[1]
-    scripts = [folder / f"{parts[2]}.py"] if parts[2] != "index" else [*folder.glob("*.py")]
-    return [script for script in scripts if script.exists()]
-
-
 def _paragraph(text: str, classes: list[str]) -> nodes.paragraph:
     """A paragraph of plain text and ``literals`` (the only inline markup run_needs writes)."""
     children = [
@@ -155,7 +145,7 @@ class RunNeeds(SphinxTransform):
     default_priority = 700
 
     def apply(self) -> None:
-        scripts = _page_scripts(self.config.language, self.env.docname)
+        scripts = page_scripts(self.config.language, self.env.docname)
         footers = [
             node
             for node in self.document.findall(nodes.container)
@@ -166,42 +156,8 @@ class RunNeeds(SphinxTransform):
             footers[0].parent.insert(footers[0].parent.index(footers[0]), line)
 
 
-class LessonTop(SphinxTransform):
-    """A lesson page opens on its title and its own paragraph: without sphinx-gallery's "Go to
-    the end to download the full example code" note above the title (the download buttons are
-    at the end, and the note began every search snippet), and without the code cell that holds
-    only the script's license comment (``# SPDX-License-Identifier``), which stays in the
-    downloaded script.
-
-    sphinx-gallery 0.22 writes the note unconditionally (its ``EXAMPLE_HEADER``), and renders
-    the comment lines after the docstring as a cell when a ``# %%`` follows them.
-    """
-
-    default_priority = 700
-
-    def apply(self) -> None:
-        if not self.env.docname.startswith("lessons/"):
-            return
-        for note in list(self.document.findall(nodes.note)):
-            if "sphx-glr-download-link-note" in note["classes"]:
-                parent = note.parent
-                parent.remove(note)
-                if isinstance(parent, addnodes.only) and not parent.children:
-                    parent.parent.remove(parent)
-        for block in list(self.document.findall(nodes.literal_block)):
-            lines = [line.strip() for line in block.astext().splitlines() if line.strip()]
-            if (
-                lines
-                and all(line.startswith("#") for line in lines)
-                and any("SPDX-License-Identifier" in line for line in lines)
-            ):
-                block.parent.remove(block)
-                break
-
-
 def setup(app) -> dict:
     app.connect("html-page-context", _page_context)
     app.add_transform(RunNeeds)
-    app.add_transform(LessonTop)
     app.add_js_file("course-language-switch.js")  # docs/_static: the switch keeps the section
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,7 +1,10 @@
-"""Where the site's extensions find a lesson: its script, its number, its page and its figures.
+"""Where the site's extensions find a lesson: its script, its number, its page, its pictures
+and its figures, and which file a gallery page is made from (page_source).
 
-Not an extension: the directives (course_directives.py), the per-page links (course_links.py),
-the re-run stamp (course_rerun.py) and the gallery hooks (course_gallery.py) share it.
+Not an extension: the generated pages (course_directives.py), the landing page's results
+(course_results.py), the per-page links (course_links.py), the section anchors
+(course_anchors.py), the gallery's tidy-up (course_gallery_tidy.py), the re-run stamp
+(course_rerun.py) and the gallery hooks (course_gallery.py) share it.
 """
 
 import re
@@ -11,15 +14,21 @@ from course_conf import ROOT, module_folders
 
 __all__ = [
     "MEASURED_ONCE",
+    "card_picture",
+    "focus_picture",
     "is_lesson_page",
     "lesson_label",
     "lesson_number",
     "lesson_sources",
     "module_scripts",
+    "page_scripts",
+    "page_source",
     "results_folder",
 ]
 
 _NUMBERED = re.compile(r"m(\d\d)_(\d+)_")
+# How a lesson names its gallery thumbnail's picture (sphinx-gallery's per-file setting).
+_THUMBNAIL_NUMBER = re.compile(r"^# sphinx_gallery_thumbnail_number = (\d+)$", re.M)
 
 
 def module_scripts(lang: str, folder: str) -> list[Path]:
@@ -58,6 +67,53 @@ def lesson_label(script: Path) -> str:
 def is_lesson_page(pagename: str) -> bool:
     """A page sphinx-gallery made from a lesson (not a module's or the lessons' index)."""
     return pagename.startswith("lessons/") and not pagename.endswith("index")
+
+
+def page_source(lang: str, docname: str) -> Path | None:
+    """The file a gallery page is made from: a lesson page's script, a module page's README.txt
+    (under examples/<lang>); None for any other page, or when the file is not there.
+
+    >>> page_source("en", "lessons/m00_graphs/index").name
+    'README.txt'
+    >>> page_source("en", "glossary") is None
+    True
+    """
+    parts = docname.split("/")
+    if len(parts) != 3 or parts[0] != "lessons":  # lessons/<module>/<page>
+        return None
+    folder = ROOT / "examples" / lang / parts[1]
+    path = folder / "README.txt" if parts[2] == "index" else folder / f"{parts[2]}.py"
+    return path if path.is_file() else None
+
+
+def page_scripts(lang: str, docname: str) -> list[Path]:
+    """The scripts a gallery page offers for download: a lesson's own, or all of a module's."""
+    source = page_source(lang, docname)
+    if source is None:
+        return []
+    return [source] if source.suffix == ".py" else [*source.parent.glob("*.py")]
+
+
+def card_picture(srcdir: Path, script: Path) -> str | None:
+    """The picture a lesson's card stems from, as a path from the source dir: the picture the
+    gallery thumbnail shows (``sphinx_gallery_thumbnail_number``, else 1), or its focus picture
+    when there is one (docs/course_gallery.py writes one, ``<name>_focus.svg``, beside each
+    ``draw(..., highlight=...)`` picture). None before the lesson's first run."""
+    found = _THUMBNAIL_NUMBER.search(script.read_text("utf-8"))
+    picture = f"lessons/{script.parent.name}/images/sphx_glr_{script.stem}_"
+    picture += f"{int(found.group(1)) if found else 1:03d}"
+    # The focus picture when there is one, else the picture: the lesson's next run writes it
+    # again, and a page that noted it is read again then (a missing file would make it every
+    # build).
+    for candidate in (f"{picture}_focus.svg", f"{picture}.svg", f"{picture}.png"):
+        if (srcdir / candidate).exists():
+            return candidate
+    return None
+
+
+def focus_picture(picture: str | None) -> str | None:
+    """``picture`` if it is a focus picture: the only kind a card or a thumbnail shows."""
+    return picture if picture and picture.endswith("_focus.svg") else None
 
 
 def results_folder(lang: str) -> Path:

@@ -4,7 +4,7 @@ each with its spreads and load, ties said to be within noise."""
 import pytest
 
 from course_conf import TEXT
-from course_directives import speedup, ties_within_noise
+from course_results import speedup, ties_within_noise
 
 
 @pytest.mark.parametrize(

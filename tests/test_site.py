@@ -233,7 +233,7 @@ def test_course_map_has_a_card_per_lesson(site, lang):
 def test_module_pages_show_focus_pictures_or_no_picture(site):
     """sphinx-gallery shrinks a lesson's first picture, a whole graph, to 160 px on its module's
     page; the page shows the lesson's focus picture there instead, as the course map's cards
-    do, or no picture (docs/course_directives.py)."""
+    do, or no picture (docs/course_gallery_tidy.py)."""
     for lang in LANGUAGES:
         focus = {p.read_bytes() for p in (site / lang / "_images").glob("*_focus.svg")}
         shown = 0

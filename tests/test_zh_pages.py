@@ -11,7 +11,8 @@ from lesson_scripts import EXAMPLES
 from test_site import lesson_pages
 
 # tests/conftest.py puts docs/ on sys.path.
-from course_anchors import english_source, english_titles, section_ids
+from course_anchors import english_titles, section_ids
+from course_sources import page_source
 from site_facts import LANGUAGES
 
 TWINS = sorted(set(lesson_pages("zh_TW")) & set(lesson_pages("en")))
@@ -47,8 +48,8 @@ def test_an_english_title_gives_the_id_docutils_gives_it():
         "step-1-insert-a-node",
         "setup-2",
     ]
-    assert english_source("lessons/m00_graphs/m00_1_getting_a_graph").suffix == ".py"
-    assert english_source("course_map") is None
+    assert page_source("en", "lessons/m00_graphs/m00_1_getting_a_graph").suffix == ".py"
+    assert page_source("en", "course_map") is None
 
 
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("en/*/*.py")), ids=lambda p: p.stem)

@@ -1,0 +1,154 @@
+"""The landing page's measured results: ``{course-results}``, a table of the course's headline
+figures as this build's lessons measured them, each linked to its lesson.
+
+The figure-name contract lives here (CourseResults.SOURCES: which lesson publishes which
+figure, through common.results.publish); a figure missing stops the build with its lesson's
+name. speedup and ties_within_noise say how a speed-up is shown: with its spreads and load,
+and not ranked against another within noise.
+"""
+
+import json
+from typing import ClassVar
+
+from course_conf import TEXT
+from course_directives import GeneratedContent
+from course_sources import lesson_sources, results_folder
+
+
+def speedup(ratio: float, spreads: list, load: float, text: dict) -> str:
+    """A speed-up with the spreads of the two timings behind it and the load they ran under."""
+    spread = text["spread_sep"].join(f"{s:.0%}" for s in spreads)
+    return text["speedup"].format(ratio=ratio, spread=spread, load=load)
+
+
+def accuracy_gap(accuracy: dict, text: dict) -> str:
+    """How many test images apart fp32 and int8 are: 98.6 % / 98.8 % on 500 images is one image,
+    not a gain from quantizing."""
+    images = accuracy["test_images"]
+    apart = round(abs(accuracy["fp32_accuracy"] - accuracy["int8_accuracy"]) * images)
+    if apart <= 1:
+        return text["accuracy_close"].format(images=images)
+    return text["accuracy_apart"].format(images=images, n=apart)
+
+
+def ties_within_noise(figures: dict) -> list[tuple[str, str]]:
+    """Pairs of speed-ups too close to rank: their gap is within the timings' spreads.
+
+    A spread is the p10–p90 width over the median, so each timing is known to about half of
+    it; a ratio of two timings to about the sum of those halves. Two ratios whose relative gap
+    is inside both ratios' uncertainties are a tie, not a ranking.
+
+    >>> ties_within_noise({"A": (2.0, [0.1, 0.1], 1.0), "B": (2.1, [0.1, 0.1], 1.0)})
+    [('A', 'B')]
+    >>> ties_within_noise({"A": (2.0, [0.02, 0.02], 1.0), "B": (3.0, [0.02, 0.02], 1.0)})
+    []
+    """
+    names = list(figures)
+    ties = []
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            (ra, sa, _), (rb, sb, _) = figures[a], figures[b]
+            gap = abs(ra - rb) / ((ra + rb) / 2)
+            if gap <= sum(sa) / 2 + sum(sb) / 2:
+                ties.append((a, b))
+    return ties
+
+
+class CourseResults(GeneratedContent):
+    """``{course-results}`` (the landing page): the course's headline figures as the lessons
+    of this build measured them, from the files they published (common.results), in a table
+    that links each figure to its lesson. A figure missing is an error naming its lesson."""
+
+    #: lesson -> the figures the table reads from what it published.
+    SOURCES: ClassVar = {
+        "M03-3": (
+            "cpu",
+            "int8_path",
+            "timing_threads",
+            "int8_speedup_compiled",
+            "compiled_spreads",
+            "compiled_load",
+            "int8_speedup_eager",
+            "eager_spreads",
+            "eager_loads",
+            "size_ratio",
+        ),
+        "M04-1": ("test_images", "fp32_accuracy", "int8_accuracy"),
+        "M04-3": ("fp32_accuracy", "ptq_accuracy", "qat_accuracy"),
+        "M02-3": ("bit_exact_cases",),
+    }
+
+    def figures(self, lesson: str) -> dict:
+        lang = self.config.language
+        script = lesson_sources(lang)[lesson]
+        path = results_folder(lang) / f"{script.stem}.json"
+        if not path.exists():
+            raise self.error(
+                f"{path} is missing: {script.name} publishes it when it runs in this build "
+                "(delete docs/<lang>/lessons/*/*.md5 to run the lessons again)"
+            )
+        found = json.loads(self.read(path))
+        missing = [name for name in self.SOURCES[lesson] if name not in found]
+        if missing:
+            raise self.error(f"{script.name} published no {', '.join(missing)} (in {path})")
+        return found
+
+    def run(self) -> list:
+        text = TEXT[self.config.language]
+        speed, qat = self.figures("M03-3"), self.figures("M04-3")
+        accuracy, handmade = self.figures("M04-1"), self.figures("M02-3")
+        native = speed["int8_path"]
+        eager = {
+            path: (ratio, speed["eager_spreads"][path], speed["eager_loads"][path])
+            for path, ratio in speed["int8_speedup_eager"].items()
+        }
+        paths = " · ".join(f"{path} {speedup(*figure, text)}" for path, figure in eager.items())
+        ties = [f"{a} ≈ {b}" for a, b in ties_within_noise(eager)]
+        if ties:
+            paths += text["within_noise"].format(pairs=", ".join(ties))
+        compiled = (
+            speed["int8_speedup_compiled"],
+            speed["compiled_spreads"],
+            speed["compiled_load"],
+        )
+        qat_figures = (qat[k] for k in ("fp32_accuracy", "ptq_accuracy", "qat_accuracy"))
+        rows = [
+            (
+                text["result_compiled"].format(path=native),
+                speedup(*compiled, text),
+                "M03-3",
+            ),
+            (text["result_eager"], paths, "M03-3"),
+            (text["result_size"], f"{speed['size_ratio']:.2f}×", "M03-3"),
+            (
+                text["result_accuracy"].format(images=accuracy["test_images"]),
+                f"{accuracy['fp32_accuracy']:.1%} / {accuracy['int8_accuracy']:.1%}"
+                + accuracy_gap(accuracy, text),
+                "M04-1",
+            ),
+            (text["result_qat"], " / ".join(f"{f:.1%}" for f in qat_figures), "M04-3"),
+            (
+                text["result_bit_exact"],
+                text["result_cases"].format(n=handmade["bit_exact_cases"]),
+                "M02-3",
+            ),
+        ]
+        out = [
+            f":::{{list-table}} {text['results_caption']}",
+            ":header-rows: 1",
+            ":class: course-results",
+            "",
+        ]
+        what, value, lesson = text["results_head"]
+        out += [f"* - {what}", f"  - {value}", f"  - {lesson}"]
+        for what, value, lesson in rows:
+            out += [f"* - {what}", f"  - {value}", f"  - {{lesson}}`{lesson}`"]
+        out += [":::", ""]
+        note = text["results_note"]
+        out += [note.format(cpu=speed["cpu"], threads=speed["timing_threads"], native=native), ""]
+        return self.parse("\n".join(out), lists_lessons=False)
+
+
+def setup(app) -> dict:
+    app.add_directive("course-results", CourseResults)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}

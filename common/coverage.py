@@ -37,6 +37,146 @@ COMPUTE_OPS = {
     aten.mul_.Tensor: "mul",
 }
 
+
+def _targets(kind: str, *names: str) -> dict:
+    """``{aten.<name>: kind}`` for the overloads named ``op.overload`` that this torch has."""
+    found = {}
+    for name in names:
+        packet, overload = name.split(".")
+        target = getattr(getattr(aten, packet, None), overload, None)
+        if target is not None:
+            found[target] = kind
+    return found
+
+
+#: Every op ``coverage(..., every_op=True)`` reports, by kind: ``COMPUTE_OPS``; the ops that
+#: can pass int8 values through (``pool``, ``cat``, ``pad``, ``slice``, ``layout``); ``norm``,
+#: ``activation``, ``resample``, ``reduction``, ``embedding``, ``recurrent``; and ``sub`` and
+#: ``div`` between two tensors (``elementwise``). An eval-mode dropout, an identity, is not
+#: listed.
+OPS = {
+    **COMPUTE_OPS,
+    **_targets(
+        "pool",
+        "max_pool1d.default",
+        "max_pool2d.default",
+        "max_pool3d.default",
+        "max_pool2d_with_indices.default",
+        "avg_pool1d.default",
+        "avg_pool2d.default",
+        "avg_pool3d.default",
+        "adaptive_avg_pool1d.default",
+        "adaptive_avg_pool2d.default",
+        "adaptive_avg_pool3d.default",
+        "adaptive_max_pool1d.default",
+        "adaptive_max_pool2d.default",
+    ),
+    **_targets("cat", "cat.default", "stack.default", "concat.default"),
+    **_targets(
+        "pad",
+        "pad.default",
+        "constant_pad_nd.default",
+        "reflection_pad1d.default",
+        "reflection_pad2d.default",
+        "replication_pad1d.default",
+        "replication_pad2d.default",
+    ),
+    **_targets(
+        "slice",
+        "slice.Tensor",
+        "split.Tensor",
+        "split_with_sizes.default",
+        "chunk.default",
+        "narrow.default",
+        "select.int",
+        "unbind.int",
+    ),
+    **_targets(
+        "layout",
+        "view.default",
+        "reshape.default",
+        "flatten.using_ints",
+        "unflatten.int",
+        "permute.default",
+        "transpose.int",
+        "t.default",
+        "squeeze.dim",
+        "squeeze.dims",
+        "squeeze.default",
+        "unsqueeze.default",
+        "contiguous.default",
+        "expand.default",
+    ),
+    **_targets(
+        "norm",
+        "layer_norm.default",
+        "group_norm.default",
+        "batch_norm.default",
+        "_native_batch_norm_legit_no_training.default",
+        "instance_norm.default",
+        "rms_norm.default",
+    ),
+    **_targets(
+        "activation",
+        "relu.default",
+        "relu_.default",
+        "relu6.default",
+        "hardtanh.default",
+        "hardtanh_.default",
+        "leaky_relu.default",
+        "leaky_relu_.default",
+        "gelu.default",
+        "silu.default",
+        "silu_.default",
+        "mish.default",
+        "hardswish.default",
+        "hardswish_.default",
+        "hardsigmoid.default",
+        "hardsigmoid_.default",
+        "sigmoid.default",
+        "tanh.default",
+        "elu.default",
+        "prelu.default",
+        "softplus.default",
+        "softmax.int",
+        "_softmax.default",
+        "log_softmax.int",
+        "clamp.default",
+        "clamp_.default",
+        "clamp_min.default",
+    ),
+    **_targets(
+        "resample",
+        "upsample_nearest1d.vec",
+        "upsample_nearest2d.vec",
+        "upsample_nearest2d.default",
+        "upsample_bilinear2d.vec",
+        "upsample_bilinear2d.default",
+        "upsample_bicubic2d.vec",
+        "pixel_shuffle.default",
+        "pixel_unshuffle.default",
+        "grid_sampler.default",
+    ),
+    **_targets(
+        "reduction",
+        "mean.dim",
+        "mean.default",
+        "sum.dim_IntList",
+        "sum.default",
+        "amax.default",
+        "amin.default",
+        "max.dim",
+        "min.dim",
+        "var.correction",
+        "std.correction",
+    ),
+    **_targets("embedding", "embedding.default", "embedding_bag.default"),
+    **_targets("recurrent", "lstm.input", "gru.input", "rnn_tanh.input", "rnn_relu.input"),
+    **_targets("elementwise", "sub.Tensor", "div.Tensor"),
+}
+#: Ops of ``OPS`` that compute on two tensors, reported only when both operands are tensors.
+_BINARY = {target for target, kind in OPS.items() if kind in ("add", "mul", "elementwise")}
+
 _KEY = "quantization_annotation"
 _ROLES = ("activation", "weight")
 _INTEGER = {torch.int8, torch.uint8, torch.int16, torch.int32}
@@ -154,6 +294,103 @@ _TEXTS = {
         "en": "a depthwise conv (one input channel per group) is not annotated dynamically",
         "zh_TW": "depthwise conv（每個 group 一個輸入通道）不會以動態量化標註",
     },
+    "int8 shared": {
+        "en": "{specs}, its input's qparams",
+        "zh_TW": "{specs}，與輸入同一組 qparams",
+    },
+    "post-op": {
+        "en": "runs as a post-op inside the int8 {root_op} kernel of {root}",
+        "zh_TW": "作為 post-op 在 {root} 的 int8 {root_op} kernel 裡執行",
+    },
+    "fused, extra input float": {
+        "en": (
+            "runs inside {nodes}'s int8 kernel as its add post-op; the other input, {extra}, "
+            "stays float by design (x86's linear + add puts no quantize before it)"
+        ),
+        "zh_TW": (
+            "在 {nodes} 的 int8 kernel 裡作為 add post-op 執行；另一個輸入 {extra} 依設計"
+            "留在浮點數（x86 的 linear + add 不在它前面放 quantize）"
+        ),
+    },
+    "dropout between": {
+        "en": (
+            "an eval-mode dropout ({dropout}) sits between {producer} and this add: x86's "
+            "{producer_kind} + add pattern needs them adjacent; remove eval-mode dropout "
+            "nodes before prepare_pt2e"
+        ),
+        "zh_TW": (
+            "{producer} 與這個 add 之間夾著一個 eval 模式的 dropout（{dropout}）：x86 的 "
+            "{producer_kind} + add 模式要它們緊鄰；在 prepare_pt2e 之前拿掉 eval 模式的 "
+            "dropout 節點"
+        ),
+    },
+    "x86 propagation": {
+        "en": (
+            "x86 makes aten.{op} int8 only when its input comes from a quantized op "
+            "(propagation_quantizable_ops); float input: {nodes}"
+        ),
+        "zh_TW": (
+            "x86 只在輸入來自量化運算時才讓 aten.{op} 成為 int8"
+            "（propagation_quantizable_ops）；浮點數輸入：{nodes}"
+        ),
+    },
+    "x86 propagation cat": {
+        "en": (
+            "x86 makes cat int8 only when every input comes from a quantized op "
+            "(propagation_quantizable_ops); float input: {nodes}"
+        ),
+        "zh_TW": (
+            "x86 只在每個輸入都來自量化運算時才讓 cat 成為 int8"
+            "（propagation_quantizable_ops）；浮點數輸入：{nodes}"
+        ),
+    },
+    "x86 flatten": {
+        "en": "x86 makes flatten int8 only before a quantizable op, and none of its users is one",
+        "zh_TW": "x86 只在 flatten 後面接著可量化運算時才讓它成為 int8，而它的使用者都不是",
+    },
+    "x86 unary": {
+        "en": (
+            "x86 has no int8 {op} of its own: it fuses it only right after {patterns}; "
+            "here it follows {producer} ({producer_op})"
+        ),
+        "zh_TW": (
+            "x86 沒有單獨的 int8 {op}：只在緊接著 {patterns} 時把它融合進去；"
+            "這裡它前面是 {producer}（{producer_op}）"
+        ),
+    },
+    "x86 unary busy": {
+        "en": "x86 fuses {op} only right after {patterns}; {producer} before it has other users",
+        "zh_TW": "x86 只在緊接著 {patterns} 時融合 {op}；它前面的 {producer} 還有其他使用者",
+    },
+    "xnnpack shares": {
+        "en": (
+            "XNNPACK passes int8 through aten.{op} only when the op before it has a quantized "
+            "output (propagate_annotation); {producer} has none"
+        ),
+        "zh_TW": (
+            "XNNPACK 只在前一個運算的輸出有量化時才讓 int8 穿過 aten.{op}"
+            "（propagate_annotation）；{producer} 的輸出沒有"
+        ),
+    },
+    "xnnpack refuses": {
+        "en": (
+            "XNNPACK's partitioner refuses it ({why}): ExecuTorch's portable kernels run it "
+            "in float"
+        ),
+        "zh_TW": (
+            "XNNPACK 的 partitioner 不收它（{why}）：由 ExecuTorch 的 portable kernel 以浮點數執行"
+        ),
+    },
+    "xnnpack refuses annotated": {
+        "en": (
+            "annotated {status}, but XNNPACK's partitioner refuses it ({why}): ExecuTorch's "
+            "portable kernels run it in float, between dequantize and quantize"
+        ),
+        "zh_TW": (
+            "標註為 {status}，但 XNNPACK 的 partitioner 不收它（{why}）：由 ExecuTorch 的 "
+            "portable kernel 在 dequantize 與 quantize 之間以浮點數執行"
+        ),
+    },
     "label": {"en": "{name}", "zh_TW": "{name}"},
     "label dynamic": {"en": "{name} dynamic", "zh_TW": "{name}（動態）"},
 }
@@ -161,10 +398,29 @@ _TEXTS = {
 #: The words of a ``_spec_text`` (``u8 per-tensor affine dynamic``) that zh_TW says in Chinese;
 #: dtypes, ``per-tensor`` and ``per-channel`` stay English, as the glossary has them.
 _SPEC_WORDS = {"affine": "仿射", "symmetric": "對稱", "shared": "共用"}
-_STATUS_ZH_TW = {"static": "int8 靜態", "dynamic": "int8 動態", "fused": "int8 融合"}
+_STATUS_ZH_TW = {
+    "static": "int8 靜態",
+    "dynamic": "int8 動態",
+    "fused": "int8 融合",
+    "shared": "int8 共用",
+}
 _HEADERS = {
-    "en": {"node": "node", "op": "op", "module": "module", "why": "why", "model": "(model)"},
-    "zh_TW": {"node": "node", "op": "運算", "module": "模組", "why": "原因", "model": "（模型）"},
+    "en": {
+        "node": "node",
+        "op": "op",
+        "module": "module",
+        "why": "why",
+        "model": "(model)",
+        "kind": "kind",
+    },
+    "zh_TW": {
+        "node": "node",
+        "op": "運算",
+        "module": "模組",
+        "why": "原因",
+        "model": "（模型）",
+        "kind": "類別",
+    },
 }
 _LIST = {"en": ", ", "zh_TW": "、"}
 
@@ -223,12 +479,15 @@ class OpCoverage:
     Attributes:
         node: the node's name in the exported graph (``conv2d_3``).
         op: the aten op (``conv2d``, ``linear``, ``add_``, ``scaled_dot_product_attention``).
-        kind: ``conv``, ``linear``, ``matmul``, ``attention``, ``add`` or ``mul``.
+        kind: ``conv``, ``linear``, ``matmul``, ``attention``, ``add`` or ``mul``; with
+            ``every_op=True`` also a kind of ``OPS`` (``activation``, ``pool``, ``norm``, ...).
         module: the innermost module the node was recorded in (``blocks.0.se``; ``""``: the model).
         module_type: that module's class name.
         int8: whether every input the op computes on is quantized (or fused into the int8
             op before it).
-        mode: ``static``, ``dynamic`` or ``fused`` for an int8 op; ``""`` for a float one.
+        mode: ``static``, ``dynamic``, ``fused`` (it runs inside the int8 conv or linear
+            before it: a ReLU, a GELU, x86's add) or ``shared`` (int8 in and out with its
+            input's qparams: max-pool, cat) for an int8 op; ``""`` for a float one.
         reason: for a float op, why, read from the annotations, the graph and the
             quantizer's rules; for an int8 op, the specs of its inputs.
         specs: ``(role, spec)`` for each input the op computes on and the quantizer
@@ -252,7 +511,7 @@ class OpCoverage:
 
     @property
     def status(self) -> str:
-        """``int8 static``, ``int8 dynamic``, ``int8 fused`` or ``float``."""
+        """``int8 static``, ``int8 dynamic``, ``int8 fused``, ``int8 shared`` or ``float``."""
         return f"int8 {self.mode}" if self.int8 else "float"
 
     def status_in(self, lang: str) -> str:
@@ -287,14 +546,17 @@ class Coverage:
 
     Attributes:
         label: the quantizer's name in tables (``X86InductorQuantizer``, ``... dynamic``).
-        ops: the compute ops.
+        ops: the compute ops (every op of ``OPS`` when ``every_op``).
         said: ``label`` as its template and values, when ``coverage`` made it (a zh_TW
             table says ``X86InductorQuantizer（動態）``); None for a label given by hand.
+        every_op: whether ``coverage`` was asked for every op (``every_op=True``); the
+            summary then says "ops", not "compute ops".
     """
 
     label: str
     ops: tuple
     said: _Text | None = field(default=None, compare=False, repr=False)
+    every_op: bool = field(default=False, compare=False)
 
     def _label_in(self, lang: str) -> str:
         return self.said.render(lang) if self.said is not None else self.label
@@ -303,15 +565,25 @@ class Coverage:
         for op in self.ops:
             if op.node == node:
                 return op
-        raise KeyError(f"no compute op named {node!r} (one of: {', '.join(self.names())})")
+        what = "op" if self.every_op else "compute op"
+        raise KeyError(f"no {what} named {node!r} (one of: {', '.join(self.names())})")
 
-    def names(self, *, kind: str | None = None, int8: bool | None = None) -> list[str]:
-        """The nodes' names, optionally only one ``kind`` and only int8 (True) or float (False)."""
+    def names(
+        self, *, kind: str | None = None, int8: bool | None = None, op: str | None = None
+    ) -> list[str]:
+        """The nodes' names, optionally only one ``kind``, only int8 (True) or float (False),
+        only one aten ``op`` (``layer_norm``)."""
         return [
-            op.node
-            for op in self.ops
-            if (kind is None or op.kind == kind) and (int8 is None or op.int8 == int8)
+            o.node
+            for o in self.ops
+            if (kind is None or o.kind == kind)
+            and (int8 is None or o.int8 == int8)
+            and (op is None or o.op == op)
         ]
+
+    def statuses(self, op: str) -> Counter:
+        """How many nodes of the aten ``op`` (``max_pool2d``) got each status."""
+        return Counter(o.status for o in self.ops if o.op == op)
 
     def counts(self) -> dict[str, tuple[int, int]]:
         """kind to (int8 ops, all ops), kinds in the order the graph first uses them."""
@@ -349,35 +621,112 @@ class Coverage:
         said = {op.reason: op.reason_in(lang) for op in self.ops if not op.int8}
         label, count = self._label_in(lang), len(self.ops)
         if lang == "zh_TW":
-            lines = [f"{label}：{count} 個計算運算中有 {int8} 個是 int8（{kinds}）"]
+            what = "運算" if self.every_op else "計算運算"
+            lines = [f"{label}：{count} 個{what}中有 {int8} 個是 int8（{kinds}）"]
             lines += [f"  浮點數 ×{n}：{said[r]}" for r, n in self.reasons().most_common()]
         else:
-            lines = [f"{label}: {int8} of {count} compute ops int8 ({kinds})"]
+            what = "ops" if self.every_op else "compute ops"
+            lines = [f"{label}: {int8} of {count} {what} int8 ({kinds})"]
             lines += [f"  float ×{n}: {said[r]}" for r, n in self.reasons().most_common()]
         return "\n".join(lines)
+
+    def _only(self, only: str | None) -> list[OpCoverage]:
+        kinds = {op.kind for op in self.ops}
+        if only in (None, "float", "int8"):
+            return [op for op in self.ops if only is None or op.int8 == (only == "int8")]
+        if only in kinds:
+            return [op for op in self.ops if op.kind == only]
+        raise ValueError(
+            f"only={only!r}: use 'float', 'int8', a kind of this report "
+            f"({', '.join(sorted(kinds))}) or leave it out"
+        )
 
     def table(self, *, only: str | None = None, lang: str | None = None) -> str:
         """A plain-text table: node, op, module, status, reason.
 
         Args:
-            only: ``"float"`` or ``"int8"`` to list those ops only; all of them when omitted.
+            only: ``"float"`` or ``"int8"`` to list those ops only, or a kind (``"norm"``);
+                all of them when omitted.
             lang: ``"en"`` or ``"zh_TW"``; the running lesson's (``lesson_language()``) when
                 omitted.
 
         Raises:
             ValueError: if ``only`` is another value.
         """
-        if only not in (None, "float", "int8"):
-            raise ValueError(f"only={only!r}: use 'float', 'int8' or leave it out")
+        chosen = self._only(only)
         lang = _checked(lang)
         words = _HEADERS[lang]
         rows = [
             (op.node, op.op, op.module or words["model"], op.status_in(lang), op.reason_in(lang))
-            for op in self.ops
-            if only is None or op.int8 == (only == "int8")
+            for op in chosen
         ]
         header = (words["node"], words["op"], words["module"], self._label_in(lang), words["why"])
         return _format([header], rows)
+
+    def grouped(self, *, only: str | None = None, lang: str | None = None) -> str:
+        """A short table: one row per op, status and reason, with its count, ops of a kind
+        together (kinds in the order the graph first uses them). Node names in a reason are
+        merged (the first three, then ``…``). ``only`` as in ``table``.
+
+        >>> from common.pt2e import export_module, x86_quantizer
+        >>> net = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4), nn.ReLU())
+        >>> gm = export_module(net, (torch.ones(2, 4),))
+        >>> report = coverage(gm, x86_quantizer(), every_op=True)
+        >>> report.grouped(only="activation", lang="en").splitlines()[1].split("  ")[-1]
+        'runs as a post-op inside the int8 linear kernel of linear, linear_1'
+        """
+        chosen = self._only(only)
+        lang = _checked(lang)
+        kinds = list(dict.fromkeys(op.kind for op in self.ops))
+        groups: dict[tuple, list[OpCoverage]] = {}
+        for op in sorted(chosen, key=lambda o: kinds.index(o.kind)):
+            said = op.said
+            key_values = (
+                ()
+                if said is None
+                else tuple((k, v) for k, v in said.values if k not in _NODE_FIELDS)
+            )
+            key = (op.kind, op.op, op.status, said.key if said else op.reason, key_values)
+            groups.setdefault(key, []).append(op)
+        rows = []
+        for members in groups.values():
+            first = members[0]
+            rows.append(
+                (
+                    first.kind,
+                    first.op,
+                    str(len(members)),
+                    first.status_in(lang),
+                    _merged_reason(members, lang),
+                )
+            )
+        words = _HEADERS[lang]
+        header = (words["kind"], words["op"], "n", self._label_in(lang), words["why"])
+        return _format([header], rows)
+
+
+#: The fields of a reason that name nodes: ``grouped`` merges them across a group's members.
+_NODE_FIELDS = ("nodes", "root", "producer", "dropout", "extra")
+
+
+def _merged_reason(members: list[OpCoverage], lang: str) -> str:
+    """The reason of a group of ops: its node fields list every member's nodes (at most 3)."""
+    said = members[0].said
+    if said is None:
+        return members[0].reason_in(lang)
+    values = dict(said.values)
+    for name in _NODE_FIELDS:
+        if name not in values:
+            continue
+        seen = []
+        for member in members:
+            value = dict(member.said.values)[name]
+            for node in value if isinstance(value, tuple) else (value,):
+                if node not in seen:
+                    seen.append(node)
+        shown = _LIST[lang].join(seen[:3]) + ("…" if len(seen) > 3 else "")
+        values[name] = (shown,) if name == "nodes" else shown
+    return _Text(said.key, tuple(values.items())).render(lang)
 
 
 def _kinds(report: Coverage, lang: str) -> str:
@@ -458,7 +807,9 @@ def spec_table(*reports: Coverage, lang: str | None = None) -> str:
     return _format([("quantizer", "activations", "weights", "int8 ops")], rows)
 
 
-def coverage(model: torch.fx.GraphModule, quantizer, *, label: str | None = None) -> Coverage:
+def coverage(
+    model: torch.fx.GraphModule, quantizer, *, label: str | None = None, every_op: bool = False
+) -> Coverage:
     """Run ``prepare_pt2e`` on a copy of ``model`` and report every compute op: int8 or float, why.
 
     Each op of ``COMPUTE_OPS`` in the graph is int8 when the quantizer's annotation
@@ -476,14 +827,29 @@ def coverage(model: torch.fx.GraphModule, quantizer, *, label: str | None = None
     with no conv or linear to fuse into, a dynamic config that covers linears and convs only,
     a ``None`` config. For other quantizers, float ops say only which input is not quantized.
 
+    With ``every_op=True`` the report covers every op of ``OPS``: also pooling, cat, pad,
+    slices, layout ops, norms, activations, resampling, reductions, embeddings, recurrent
+    layers. Such an op is ``int8 fused`` when it runs inside the int8 conv, linear or add
+    before it (a ReLU or GELU the quantizer annotated as that pattern's end), ``int8 shared``
+    when the quantizer gave it int8 input and output with its input's qparams (max-pool, cat,
+    XNNPACK's propagated ops), ``int8 static`` when int8 in and out with qparams of its own,
+    else ``float`` with the quantizer's rule: for x86, a propagation op whose input is float,
+    an activation that x86 fuses only after certain convs and linears, an op x86 has no int8
+    form of; for XNNPACK, an op no pattern covers, a pass-through op after a float output,
+    and an op XNNPACK's partitioner refuses (its ``check_constraints``, as ``mean`` over
+    anything but H and W of a 4-D tensor with ``keepdim``), which ExecuTorch's portable
+    kernels then run in float even where the quantizer annotated it.
+
     Args:
         model: an exported graph, ``torch.export.export(model, args).module()``; not changed.
         quantizer: a PT2E quantizer, configured (``set_global``).
         label: the quantizer's name in tables; by default its class name, plus ``dynamic``
             when its global config quantizes activations dynamically.
+        every_op: report every op of ``OPS``, not only ``COMPUTE_OPS``.
 
     Returns:
-        Coverage: one ``OpCoverage`` per compute op, in graph order.
+        Coverage: one ``OpCoverage`` per compute op (per op of ``OPS`` with ``every_op``), in
+        graph order.
 
     Raises:
         TypeError: if ``model`` is not a ``torch.fx.GraphModule`` or ``quantizer`` has no
@@ -511,7 +877,7 @@ def coverage(model: torch.fx.GraphModule, quantizer, *, label: str | None = None
             f"{type(quantizer).__name__} is not a PT2E quantizer (it has no annotate); pass e.g. "
             "common.pt2e.x86_quantizer()"
         )
-    wanted = _compute_nodes(model)
+    wanted = _compute_nodes(model, every_op=every_op)
     try:
         prepared = prepare_pt2e(copy.deepcopy(model), quantizer)
     except ValueError as error:
@@ -520,27 +886,44 @@ def coverage(model: torch.fx.GraphModule, quantizer, *, label: str | None = None
         raise ValueError(_reused_message(model, quantizer, error)) from error
     rules = _rules_for(quantizer, prepared)
     nodes = {node.name: node for node in prepared.graph.nodes}
+    originals = {node.name: node for node in model.graph.nodes}
     ops = []
     for name, kind in wanted:
         node = nodes.get(name)
         if node is None:  # removed by prepare (none of COMPUTE_OPS is, on the course's models)
             continue
         module, module_type = _module(node)
-        int8, mode, said, specs = _classify(prepared, node, kind, rules)
+        if kind in _COMPUTE_KINDS:
+            int8, mode, said, specs = _classify(prepared, node, kind, rules)
+        else:
+            int8, mode, said, specs = _classify_other(prepared, node, kind, rules)
+        refused = getattr(rules, "refused", None)
+        why = refused(originals[name]) if refused is not None else None
+        if why is not None:
+            status = f"int8 {mode}" if int8 else ""
+            if int8:
+                said = _text("xnnpack refuses annotated", status=status, why=why)
+            else:
+                said = _text("xnnpack refuses", why=why)
+            int8, mode, specs = False, "", ()
         op = node.target._overloadpacket.__name__
         reason = said.render("en")
         ops.append(OpCoverage(name, op, kind, module, module_type, int8, mode, reason, specs, said))
     if label:
-        return Coverage(label, tuple(ops))
+        return Coverage(label, tuple(ops), every_op=every_op)
     said = _label(quantizer)
-    return Coverage(said.render("en"), tuple(ops), said)
+    return Coverage(said.render("en"), tuple(ops), said, every_op=every_op)
 
 
-def _compute_nodes(model: torch.fx.GraphModule) -> list[tuple[str, str]]:
+_COMPUTE_KINDS = frozenset(COMPUTE_OPS.values())
+
+
+def _compute_nodes(model: torch.fx.GraphModule, *, every_op: bool) -> list[tuple[str, str]]:
+    table = OPS if every_op else COMPUTE_OPS
     found = []
     for node in model.graph.nodes:
-        kind = COMPUTE_OPS.get(node.target) if node.op == "call_function" else None
-        if kind in ("add", "mul") and not all(_is_tensor(a) for a in node.args[:2]):
+        kind = table.get(node.target) if node.op == "call_function" else None
+        if node.target in _BINARY and not all(_is_tensor(a) for a in node.args[:2]):
             continue
         if kind:
             found.append((node.name, kind))
@@ -707,6 +1090,12 @@ def _classify(prepared, node, kind, rules) -> tuple[bool, str, _Text, tuple]:
             dynamic = dynamic or getattr(spec, "is_dynamic", False)
         texts.append(_spec_text(spec))
         roles.append((role, texts[-1]))
+    if kind == "add" and fused and missing and not texts and _annotated_empty(annotation):
+        # x86's linear + add: the add runs as the qlinear's post-op, and x86 puts no
+        # quantize before its extra input ("accuracy issues", _annotate_linear_binary_unary)
+        names = tuple(a.name for a in fused)
+        extra = _LIST["en"].join(a.name for a in missing if isinstance(a, torch.fx.Node))
+        return True, "fused", _text("fused, extra input float", nodes=names, extra=extra), ()
     if not missing and texts:
         mode = "fused" if fused else "dynamic" if dynamic else "static"
         if fused:
@@ -714,6 +1103,91 @@ def _classify(prepared, node, kind, rules) -> tuple[bool, str, _Text, tuple]:
         else:
             detail = _text("int8", specs=tuple(texts))
         return True, mode, detail, tuple(roles)
+    return False, "", rules(node, kind, annotation, missing), ()
+
+
+def _annotated_empty(annotation) -> bool:
+    """Annotated as part of a pattern, with no spec of its own (x86's linear + add's add)."""
+    return (
+        annotation is not None
+        and getattr(annotation, "_annotated", False)
+        and not annotation.input_qspec_map
+        and annotation.output_qspec is None
+    )
+
+
+def _fused_root(node):
+    """The int8 conv, linear, add or mul whose kernel runs ``node`` as a post-op, or None.
+
+    A quantizer annotates a fusion pattern (x86's conv + ReLU, linear + GELU, linear + add +
+    ReLU; XNNPACK's conv + ReLU, add + ReLU) by quantizing the first op's inputs and the last
+    op's output, and nothing between: each op after the first is annotated, and the op before
+    it has no output spec and no other user.
+    """
+    annotation = _annotation(node)
+    if annotation is None or not getattr(annotation, "_annotated", False):
+        return None
+    if annotation.input_qspec_map and node.target not in COMPUTE_OPS:
+        return None  # an op quantized on its own
+    for producer in node.args[:2]:
+        if (
+            not isinstance(producer, torch.fx.Node)
+            or producer.op != "call_function"
+            or list(producer.users) != [node]
+        ):
+            continue
+        before = _annotation(producer)
+        if (
+            before is None
+            or before.output_qspec is not None
+            or getattr(before, "_is_output_of_quantized_pattern", False)
+        ):
+            continue
+        if before.input_qspec_map and COMPUTE_OPS.get(producer.target) in _FUSING_KINDS:
+            return producer
+        root = _fused_root(producer)
+        if root is not None:
+            return root
+    return None
+
+
+_FUSING_KINDS = ("conv", "linear", "add", "mul")
+
+
+def _value_inputs(node) -> list:
+    """The inputs an op of ``OPS`` computes on, as the prepared graph has them: cat's tensors,
+    both operands of a binary op, else the first argument."""
+    if node.target in (aten.cat.default, aten.stack.default) or (
+        hasattr(aten, "concat") and node.target == aten.concat.default
+    ):
+        return list(node.args[0])
+    if node.target in _BINARY:
+        return [a for a in node.args[:2] if isinstance(a, torch.fx.Node)]
+    return [a for a in node.args[:1] if isinstance(a, torch.fx.Node)]
+
+
+def _classify_other(prepared, node, kind, rules) -> tuple[bool, str, _Text, tuple]:
+    """``_classify`` for an op of ``OPS`` beyond ``COMPUTE_OPS``: fused, shared, static, float."""
+    from torchao.quantization.pt2e.quantizer import SharedQuantizationSpec
+
+    root = _fused_root(node)
+    if root is not None:
+        said = _text("post-op", root=root.name, root_op=root.target._overloadpacket.__name__)
+        return True, "fused", said, ()
+    annotation = _annotation(node)
+    edges = _value_inputs(node)
+    observers = [_integer_observer(prepared, edge) for edge in edges]
+    if annotation is not None and (annotation.input_qspec_map or annotation.output_qspec):
+        outputs = [o for o in (_integer_observer(prepared, u) for u in node.users) if o]
+        if edges and all(o is not None for o in observers) and outputs:
+            specs = [*annotation.input_qspec_map.values(), annotation.output_qspec]
+            shared = any(isinstance(spec, SharedQuantizationSpec) for spec in specs)
+            text = _spec_text(observers[0])
+            dynamic = getattr(observers[0], "is_dynamic", False)
+            mode = "shared" if shared else "dynamic" if dynamic else "static"
+            said = _text("int8 shared" if shared else "int8", specs=(text,))
+            return True, mode, said, (("activation", text),)
+    missing = [_unobserved(e) for e, o in zip(edges, observers, strict=True) if o is None]
     return False, "", rules(node, kind, annotation, missing), ()
 
 
@@ -756,12 +1230,14 @@ class _X86Rules:
     def __call__(self, node, kind, annotation, missing) -> _Text:
         x86, target = self.x86, node.target
         if annotation is not None and annotation._annotated:
-            if not annotation.input_qspec_map and annotation.output_qspec is None:
+            if _annotated_empty(annotation) and not annotation._is_output_of_quantized_pattern:
                 return _text("None config")
             return _generic_reason(node, kind, annotation, missing)
         configs = [self.quantizer.global_config, *self.quantizer.module_name_qconfig.values()]
         if not any(configs) and not any(self.quantizer.operator_type_qconfig.values()):
             return _text("no config")
+        if kind not in _COMPUTE_KINDS:
+            return self._other(node)
         if target not in x86.quantizable_ops and kind not in ("add",):
             return _text("not in op set", op=target._overloadpacket.__name__)
         if target == aten.matmul.default:
@@ -783,6 +1259,15 @@ class _X86Rules:
                 if isinstance(a, torch.fx.Node) and COMPUTE_OPS.get(a.target) in ("conv", "linear")
             ]
             if not feeding:
+                dropout = _dropout_after_compute(node)
+                if dropout is not None:
+                    producer = dropout.args[0]
+                    return _text(
+                        "dropout between",
+                        dropout=dropout.name,
+                        producer=producer.name,
+                        producer_kind=COMPUTE_OPS[producer.target],
+                    )
                 return _text("add fed by no conv")
             busy = tuple(a.name for a in feeding if len(a.users) > 1)
             if busy:
@@ -790,11 +1275,109 @@ class _X86Rules:
             return _text("add not fused")
         return _text("no rule")
 
+    def _quantized(self, node) -> bool:
+        node = _unobserved(node)
+        annotation = _annotation(node)
+        return bool(annotation is not None and annotation._is_output_of_quantized_pattern)
+
+    def _other(self, node) -> _Text:
+        """Why x86 left an op beyond the compute ops float (``_annotate_propagation_...``,
+        ``_annotate_conv2d_unary``, ``_annotate_linear_unary``)."""
+        x86, target = self.x86, node.target
+        op = target._overloadpacket.__name__
+        if target in x86.propagation_quantizable_ops:
+            if target == aten.flatten.using_ints and not any(
+                user.target in x86.quantizable_ops for user in _observed_users(node)
+            ):
+                return _text("x86 flatten")
+            inputs = [_unobserved(a) for a in _value_inputs(node)]
+            floats = tuple(a.name for a in inputs if not self._quantized(a))
+            if target == aten.cat.default:
+                return _text("x86 propagation cat", nodes=floats)
+            return _text("x86 propagation", op=op, nodes=floats)
+        unary = _UNARY_NAMES.get(target)
+        patterns = [
+            f"{first} + {unary}" for first, ops in X86_UNARY_FUSIONS.items() if unary in ops
+        ]
+        if patterns and isinstance(node.args[0], torch.fx.Node):
+            producer = _unobserved(node.args[0])
+            said = _LIST["en"].join(patterns)
+            first_ops = {p.split(" + ")[0] for p in patterns}
+            if _op_name(producer) in first_ops and len(producer.users) > 1:
+                return _text("x86 unary busy", op=op, patterns=said, producer=producer.name)
+            return _text(
+                "x86 unary",
+                op=op,
+                patterns=said,
+                producer=producer.name,
+                producer_op=_op_name(producer),
+            )
+        return _text("not in op set", op=op)
+
+
+#: The activations x86 fuses into the conv or linear right before them, read from torchao
+#: 0.18's ``_annotate_conv2d_unary`` and ``_annotate_linear_unary`` (nn.ReLU6 exports as
+#: hardtanh); tests/test_coverage.py checks them against the installed source.
+X86_UNARY_FUSIONS = {
+    "conv2d": ("relu", "hardtanh", "hardswish", "silu"),
+    "conv1d": ("relu",),
+    "linear": ("relu", "leaky_relu", "tanh", "gelu"),
+}
+_UNARY_NAMES = {
+    target: target._overloadpacket.__name__.rstrip("_")
+    for target, kind in OPS.items()
+    if kind == "activation"
+}
+
+
+def _op_name(node) -> str:
+    """``conv2d`` for a call of aten.conv2d; the node's kind (``placeholder``) otherwise."""
+    if node.op == "call_function" and hasattr(node.target, "_overloadpacket"):
+        return node.target._overloadpacket.__name__
+    return node.op
+
+
+def _observed_users(node) -> list:
+    """The users of ``node``, looking through an observer prepare put after it."""
+    users = []
+    for user in node.users:
+        users += list(user.users) if _is_observer(user) else [user]
+    return users
+
+
+_DROPOUTS = {aten.dropout.default, aten.dropout_.default, aten.native_dropout.default}
+
+
+def _dropout_after_compute(node):
+    """A dropout feeding ``node`` whose own input is a conv or linear with no other user."""
+    for arg in node.args[:2]:
+        arg = _unobserved(arg)
+        if isinstance(arg, torch.fx.Node) and arg.target in _DROPOUTS:
+            producer = arg.args[0]
+            if (
+                isinstance(producer, torch.fx.Node)
+                and COMPUTE_OPS.get(producer.target) in ("conv", "linear")
+                and len(producer.users) == 1
+            ):
+                return arg
+    return None
+
 
 class _XnnpackRules:
-    """Why ExecuTorch's ``XNNPACKQuantizer`` (1.5.1) left a node float, from its source."""
+    """Why ExecuTorch's ``XNNPACKQuantizer`` (1.5.1) left a node float, from its source; and
+    which nodes ``XnnpackPartitioner`` refuses (``refused``)."""
 
     def __init__(self, quantizer):
+        from executorch.backends.xnnpack.partition.config import ALL_PARTITIONER_CONFIGS
+        from executorch.backends.xnnpack.partition.config.generic_node_configs import (
+            GenericNodePartitionerConfig,
+        )
+
+        self.configs = {
+            config.target_name: config
+            for config in ALL_PARTITIONER_CONFIGS
+            if issubclass(config, GenericNodePartitionerConfig)
+        }
         self.quantizer = quantizer
         self.targets = {aten.add_.Tensor, aten.mul_.Tensor}  # its add and mul annotators take both
         for pattern in quantizer.SUPPORTED_PATTERNS:
@@ -810,6 +1393,14 @@ class _XnnpackRules:
             return _generic_reason(node, kind, annotation, missing)
         if config is None and not self.quantizer.module_name_config:
             return _text("no config")
+        if kind not in _COMPUTE_KINDS:
+            from executorch.backends.xnnpack.quantizer import xnnpack_quantizer_utils as utils
+
+            if utils._is_share_obs_or_fq_op(node.target) and isinstance(
+                node.args[0], torch.fx.Node
+            ):
+                producer = _unobserved(node.args[0]).name
+                return _text("xnnpack shares", op=_op_name(node), producer=producer)
         if node.target not in self.targets:
             return _text("in no pattern", op=node.target._overloadpacket.__name__)
         activation = getattr(config, "input_activation", None)
@@ -823,6 +1414,27 @@ class _XnnpackRules:
         ):
             return _text("not float32", kind=kind)
         return _text("no rule")
+
+    def refused(self, node) -> str | None:
+        """Why ``XnnpackPartitioner`` would not take ``node`` (a node of the exported graph, as
+        its op's name is in the edge dialect: ``mean.dim``, ``max_pool2d``, ``cat``), in its
+        own words, from the config of that name's ``check_constraints``; None when it takes
+        it or no such config exists (the gemm configs need the lowered program)."""
+        from executorch.backends.xnnpack.partition.config import generic_node_configs
+        from executorch.exir.backend.canonical_partitioners.config_partitioner import (
+            format_target_name,
+        )
+
+        config = self.configs.get(format_target_name(node.target.__name__))
+        if config is None:
+            return None
+        why = generic_node_configs.why
+        why.reason = ""
+        try:
+            taken = config().check_constraints(node, None)
+        except Exception:  # a check that needs the lowered program: not known here
+            return None
+        return None if taken else why.reason or "check_constraints"
 
 
 def _xnnpack_dynamic_conv(node) -> _Text:

@@ -271,7 +271,7 @@ with expect_error(TypeError, match="expects an ExportedProgram, got a GraphModul
 #          ).exported_program()
 #          print(dict(ops(kept_lowered.graph_module)))
 #          assert ops(kept_lowered.graph_module)["executorch_call_delegate"] == 1
-#          assert not ops(kept_lowered.graph_module)["mean"], "mean 併入了 delegate"
+#          assert not ops(kept_lowered.graph_module)["mean"], "mean 收進了 delegate"
 #          (names,) = delegated(kept_lowered).values()
 #          assert "aten_view_copy_default" in names, "在 edge dialect 裡 flatten 是 view_copy"
 #

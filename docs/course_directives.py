@@ -17,13 +17,14 @@ from docutils.parsers.rst import directives
 from sphinx import addnodes
 from sphinx.util.docutils import SphinxDirective
 
-from course_conf import ROOT, module_folders
+from course_conf import module_folders
 from course_sources import (
     card_picture,
     focus_picture,
     lesson_label,
     lesson_number,
     lesson_sources,
+    module_readme,
     module_scripts,
 )
 from zh_spacing import CJK
@@ -132,7 +133,7 @@ class CourseMap(GeneratedContent):
         lang = self.config.language
         out = []
         for folder in module_folders(lang):
-            header = _paragraphs(self.read(ROOT / "examples" / lang / folder / "README.txt"))
+            header = _paragraphs(self.read(module_readme(lang, folder)))
             out += [f"## {_title(header[0])}", ""]
             if len(header) > 1:
                 out += [_rst_to_myst(header[1]), ""]
@@ -159,7 +160,7 @@ class CourseMap(GeneratedContent):
         lang = self.config.language
         out = ["::::{grid} 1 2 3 3", ":gutter: 3", ""]
         for folder in module_folders(lang):
-            header = _paragraphs(self.read(ROOT / "examples" / lang / folder / "README.txt"))
+            header = _paragraphs(self.read(module_readme(lang, folder)))
             out += [f":::{{grid-item-card}} {_title(header[0])}"]
             out += [f":link: lessons/{folder}/index", ":link-type: doc"]
             out += [":class-card: course-card course-module-card"]
@@ -181,7 +182,7 @@ class CourseLessons(GeneratedContent):
         lang = self.config.language
         out = []
         for folder in module_folders(lang):
-            out += [self.read(ROOT / "examples" / lang / folder / "README.txt"), ""]
+            out += [self.read(module_readme(lang, folder)), ""]
             scripts = module_scripts(lang, folder)
             for script in scripts:
                 self.env.note_dependency(str(script))  # minigallery reads its title and intro

@@ -20,6 +20,7 @@ __all__ = [
     "lesson_label",
     "lesson_number",
     "lesson_sources",
+    "module_readme",
     "module_scripts",
     "page_scripts",
     "page_source",
@@ -40,6 +41,11 @@ def module_scripts(lang: str, folder: str) -> list[Path]:
 
     scripts = (ROOT / "examples" / lang / folder).glob("*.py")
     return sorted((s for s in scripts if s.name != "__init__.py"), key=order)
+
+
+def module_readme(lang: str, folder: str) -> Path:
+    """A module's README.txt: its title and paragraph, the source of its gallery page."""
+    return ROOT / "examples" / lang / folder / "README.txt"
 
 
 def lesson_number(script: Path) -> str | None:
@@ -81,8 +87,8 @@ def page_source(lang: str, docname: str) -> Path | None:
     parts = docname.split("/")
     if len(parts) != 3 or parts[0] != "lessons":  # lessons/<module>/<page>
         return None
-    folder = ROOT / "examples" / lang / parts[1]
-    path = folder / "README.txt" if parts[2] == "index" else folder / f"{parts[2]}.py"
+    readme = module_readme(lang, parts[1])
+    path = readme if parts[2] == "index" else readme.with_name(f"{parts[2]}.py")
     return path if path.is_file() else None
 
 

@@ -21,13 +21,8 @@ explains it.
 # A conv → batch norm → relu model whose BatchNorm has its own ``momentum`` and ``eps``, as
 # real models often do, exported in training mode (as for QAT).
 
-import hashlib
-import json
-from pathlib import Path
-
 import torch
 
-import common
 from common.charts import pad
 from common.cpu import describe, run_under_isa
 from common.expect import expect_error
@@ -37,7 +32,6 @@ from common.viz import draw
 
 quiet()
 
-import torchao
 from torchao.quantization.pt2e import disable_observer, move_exported_model_to_eval
 from torchao.quantization.pt2e.quantize_pt2e import prepare_qat_pt2e
 from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
@@ -187,22 +181,7 @@ result = {"8-bit": disagreement(False), "7-bit (reduce_range)": disagreement(Tru
 """
 
 
-def under_isa(isa: str, source: str) -> dict:
-    """``run_under_isa``, its answer cached in build/cache/ by source, stack and CPU."""
-    cpu = describe()
-    stamp = f"{isa}|{source}|{torch.__version__}|{torchao.__version__}|{cpu.name}|{cpu.onednn}"
-    root = Path(common.__file__).resolve().parents[1]
-    path = root / "build" / "cache" / f"isa-{hashlib.sha256(stamp.encode()).hexdigest()[:16]}.json"
-    if path.exists():
-        return json.loads(path.read_text())
-    answer = run_under_isa(isa, source)
-    if (root / "pyproject.toml").exists():  # a source checkout: keep it
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(answer))
-    return answer
-
-
-avx2 = under_isa("AVX2", AGREEMENT)
+avx2 = run_under_isa("AVX2", AGREEMENT)
 here = {}
 exec(AGREEMENT, here)
 print(f"this CPU: {describe().verdict}")

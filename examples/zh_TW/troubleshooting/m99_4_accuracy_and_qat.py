@@ -19,13 +19,8 @@ VNNI 的 CPU 上，真正的 int8 kernel 會在模擬不會溢位的地方飽和
 # 一個 conv → batch norm → relu 模型，它的 BatchNorm 和許多真實模型一樣有自己的 ``momentum``
 # 與 ``eps`` ，以訓練模式匯出（和 QAT 一樣）。
 
-import hashlib
-import json
-from pathlib import Path
-
 import torch
 
-import common
 from common.charts import pad
 from common.cpu import describe, run_under_isa
 from common.expect import expect_error
@@ -35,7 +30,6 @@ from common.viz import draw
 
 quiet()
 
-import torchao
 from torchao.quantization.pt2e import disable_observer, move_exported_model_to_eval
 from torchao.quantization.pt2e.quantize_pt2e import prepare_qat_pt2e
 from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
@@ -184,22 +178,7 @@ result = {"8 位元": disagreement(False), "7 位元（reduce_range）": disagre
 """
 
 
-def under_isa(isa: str, source: str) -> dict:
-    """``run_under_isa``，結果依原始碼、環境與 CPU 快取在 build/cache/。"""
-    cpu = describe()
-    stamp = f"{isa}|{source}|{torch.__version__}|{torchao.__version__}|{cpu.name}|{cpu.onednn}"
-    root = Path(common.__file__).resolve().parents[1]
-    path = root / "build" / "cache" / f"isa-{hashlib.sha256(stamp.encode()).hexdigest()[:16]}.json"
-    if path.exists():
-        return json.loads(path.read_text())
-    answer = run_under_isa(isa, source)
-    if (root / "pyproject.toml").exists():  # 原始碼的 checkout：保存結果
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(answer))
-    return answer
-
-
-avx2 = under_isa("AVX2", AGREEMENT)
+avx2 = run_under_isa("AVX2", AGREEMENT)
 here = {}
 exec(AGREEMENT, here)
 print(f"這顆 CPU：{describe().verdict}")

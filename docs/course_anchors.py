@@ -5,7 +5,7 @@ shared link to a zh_TW section said nothing, and the language switch could not k
 place. Twins have the same sections in the same order, so each section of a lesson page (and of a
 module's page) takes the id made from the English twin's title of the same rank, in both builds:
 the ids are computed from the English source the same way in each, whatever else the page holds.
-tests/test_anchors.py compares the built pages.
+tests/test_zh_pages.py compares the built pages.
 """
 
 import re
@@ -84,7 +84,7 @@ class EnglishSectionIds(SphinxTransform):
         sections = list(self.document.findall(nodes.section))
         wanted = section_ids(english_titles(source))
         if len(wanted) != len(sections):
-            return  # not twins section for section: tests/test_anchors.py reports it
+            return  # not twins section for section: tests/test_zh_pages.py reports it
         # A label's id stays (sphinx-gallery's sphx_glr_... label takes the first place of a title
         # with no Latin letter in it): the English id is added before it.
         labelled = {i for n, i in self.document.nameids.items() if self.document.nametypes.get(n)}

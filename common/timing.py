@@ -116,7 +116,8 @@ class Timings:
         ranges = {label: f"{t.low:.3f}–{t.high:.3f}" for label, t in self.times.items()}
         span = max((len(r) for r in ranges.values()), default=10)
         median = "中位數 ms" if lang == "zh_TW" else "median ms"
-        lines = [f"{'':{width}}  {pad(median, 10, align='>')}  {'p10–p90 ms':>{span}}  spread"]
+        spread = pad("離散", 6, align=">") if lang == "zh_TW" else "spread"
+        lines = [f"{'':{width}}  {pad(median, 10, align='>')}  {'p10–p90 ms':>{span}}  {spread}"]
         for label, t in self.times.items():
             lines.append(
                 f"{pad(label, width)}  {t.median:10.3f}  {ranges[label]:>{span}}  {t.spread:6.0%}"

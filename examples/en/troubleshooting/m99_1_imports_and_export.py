@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.export import Dim
 
 from common.expect import expect_error
 from common.models import example_inputs, get_model
@@ -161,6 +162,41 @@ program = torch.export.export(
     get_model("small_cnn"), example_inputs(2), dynamic_shapes=({0: batch},)
 )
 assert program.module()(*example_inputs(1)).shape == (1, 10), "batch 1 runs after exporting on 2"
+
+# %%
+# AssertionError: Guard failed: x.size()[0] <= 4
+# ----------------------------------------------
+# The batch was exported dynamic with an upper bound, ``Dim("batch", max=4)``, and the model
+# is then called with a batch of 8. The same ``_guards_fn`` checks the range: ``<= 4`` past
+# the maximum, ``>= 2`` below a minimum of 2. The number is the bound, not the example.
+
+bounded = torch.export.export(
+    get_model("small_cnn"), example_inputs(2), dynamic_shapes=({0: Dim("batch", max=4)},)
+)
+bounded_model = prepare_pt2e(bounded.module(), x86_quantizer())
+bounded_model(*example_inputs(2))  # calibrated on one batch of 2
+bounded_model = convert_pt2e(bounded_model)
+with expect_error(AssertionError, match="Guard failed: x.size()[0] <= 4"):
+    bounded_model(*x)
+
+# %%
+# **Cause**: the bound is part of the program (its ``range_constraints``); every target made
+# from it keeps it: the q/dq model raises this, a ``.pte`` refuses the input with
+# ``method->set_inputs() ... failed with error 0x10`` (m99_5), and memory on the edge is planned
+# for the maximum.
+#
+# **Fix**: export with the bound your deployment needs (it costs memory on a ``.pte``), or
+# split a larger batch into pieces of at most the bound. A bounded batch through every target
+# is :ref:`M06-4 · Shapes that change
+# <sphx_glr_lessons_m06_executorch_m06_4_shapes_that_change.py>`.
+
+wider = torch.export.export(
+    get_model("small_cnn"), example_inputs(2), dynamic_shapes=({0: Dim("batch", max=8)},)
+)
+wider_model = prepare_pt2e(wider.module(), x86_quantizer())
+wider_model(*example_inputs(2))  # calibrated on one batch of 2
+wider_model = convert_pt2e(wider_model)
+assert wider_model(*x).shape == (8, 10), "a batch of 8 runs under a bound of 8"
 
 # %%
 # KeyError: \'source_fn_stack\'

@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.export import Dim
 
 from common.expect import expect_error
 from common.models import example_inputs, get_model
@@ -152,6 +153,39 @@ program = torch.export.export(
     get_model("small_cnn"), example_inputs(2), dynamic_shapes=({0: batch},)
 )
 assert program.module()(*example_inputs(1)).shape == (1, 10), "以 2 匯出後，批次 1 也能執行"
+
+# %%
+# AssertionError: Guard failed: x.size()[0] <= 4
+# ----------------------------------------------
+# 批次以動態維度匯出，並設了上限 ``Dim("batch", max=4)`` ，之後卻用批次 8 呼叫模型。同一個
+# ``_guards_fn`` 會檢查範圍：超過上限時是 ``<= 4`` ，低於下限 2 時是 ``>= 2`` 。訊息裡的數字
+# 是上下限，不是範例的大小。
+
+bounded = torch.export.export(
+    get_model("small_cnn"), example_inputs(2), dynamic_shapes=({0: Dim("batch", max=4)},)
+)
+bounded_model = prepare_pt2e(bounded.module(), x86_quantizer())
+bounded_model(*example_inputs(2))  # 用一個批次（2 張影像）校準
+bounded_model = convert_pt2e(bounded_model)
+with expect_error(AssertionError, match="Guard failed: x.size()[0] <= 4"):
+    bounded_model(*x)
+
+# %%
+# **原因**：上下限是程式的一部分（它的 ``range_constraints`` ），由它產生的每個目標都保留它：
+# q/dq 模型丟出這個錯誤，``.pte`` 以 ``method->set_inputs() ... failed with error 0x10`` 拒收
+# 輸入（m99_5），邊緣裝置上的記憶體也依上限規劃。
+#
+# **修正**：依部署需要的上限匯出（在 ``.pte`` 上它要付出記憶體），或把較大的批次切成不超過
+# 上限的幾份。有上限的批次走過每個目標的過程見
+# :ref:`M06-4 · 會變的形狀 <sphx_glr_lessons_m06_executorch_m06_4_shapes_that_change.py>`。
+
+wider = torch.export.export(
+    get_model("small_cnn"), example_inputs(2), dynamic_shapes=({0: Dim("batch", max=8)},)
+)
+wider_model = prepare_pt2e(wider.module(), x86_quantizer())
+wider_model(*example_inputs(2))  # 用一個批次（2 張影像）校準
+wider_model = convert_pt2e(wider_model)
+assert wider_model(*x).shape == (8, 10), "上限為 8 時，批次 8 可以執行"
 
 # %%
 # KeyError: \'source_fn_stack\'

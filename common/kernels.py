@@ -4,14 +4,40 @@ Inductor's prepack counters (``counters["inductor"]``) are a compile-time fact: 
 what the *first* compile did, and say nothing when a later call recompiled (a new input
 shape, ``torch._dynamo.reset()``, a setting gone) and ran float. The profiler records the
 operators each call dispatched, so it tells what ran.
+
+API:
+
+- ``kernels_run(model, args)`` -> ``KernelsRun``: one call under the profiler. A call that
+  compiles (dynamo's counters move) is not read: it is called again, and ``warmed_up`` says
+  so; when that call compiles too, ``RuntimeError``. oneDNN's own log of the same call gives
+  each int8 kernel's post-ops (``post_ops``).
+- ``KernelsRun.int8`` / ``.float``: Counters of profiler names (``onednn::qlinear_pointwise``);
+  ``.post_ops``: ``{name: Counter({"add": 1, "gelu": 1})}``, the fused post-ops of that
+  kernel's calls as oneDNN named them at run time (``binary_add`` -> ``add``, ``eltwise_gelu_erf``
+  -> ``gelu``, ``sum`` for conv's in-place add), None when oneDNN's log could not be paired
+  with the profiler's calls; ``.summary``: ``int8: onednn::qlinear_pointwise ×2 (+add ×1,
+  +gelu ×1); float: none``.
+- ``time_by_kind(model, args)``: where a call's time goes, int8, float or other.
+
+What it cannot see: float work that is not a call to one of ``FLOAT_KERNELS``. Inductor
+inlines small float GEMMs into its own C++ loops (``torch/_inductor/decomposition.py``: an
+``addmm``/``mm`` at batch 1 with a weight of at most 16×16, or with one output column), and
+``scaled_dot_product_attention``'s float matmuls run inside
+``aten::_scaled_dot_product_flash_attention_for_cpu`` (not listed): ``float: none`` means "no
+float conv or linear kernel". To check those, read the code inductor generated
+(``TORCH_LOGS=output_code``, or ``torch._inductor.utils.run_and_get_code``) for a float loop
+over the weight, or profile at a batch size above 1.
 """
 
 import contextlib
+import ctypes
 import os
+import re
 import sys
+import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -21,7 +47,11 @@ __all__ = ["FLOAT_KERNELS", "KernelsRun", "kernels_run", "time_by_kind"]
 
 #: The float compute kernels, as the profiler names them: eager convs and matmuls, and what
 #: inductor calls for float convs and linears (oneDNN's prepacked ones with freezing, MKL's
-#: for static linears). Each conv or matmul dispatches exactly one of them.
+#: for static linears). A conv or matmul that inductor calls out dispatches one of them; not
+#: listed, so not seen: the small GEMMs inductor inlines into its C++ loops (batch 1 with a
+#: weight of at most 16×16, or one output column: torch/_inductor/decomposition.py) and the
+#: matmuls inside scaled_dot_product_attention (aten::_scaled_dot_product_flash_attention_for_cpu).
+#: Read inductor's generated code for those (TORCH_LOGS=output_code).
 FLOAT_KERNELS = frozenset(
     {
         "aten::convolution",
@@ -52,10 +82,18 @@ class KernelsRun:
     Attributes:
         int8: oneDNN's int8 convs and linears, and ``aten::_int_mm``.
         float: float convs and matmuls (``FLOAT_KERNELS``).
+        post_ops: for each oneDNN int8 kernel, the post-ops oneDNN ran fused into its calls,
+            counted (``{"onednn::qlinear_pointwise": Counter({"add": 1})}``; a call with no
+            post-op adds nothing); None when they were not read (oneDNN's log could not be
+            paired with the profiler's calls, or a ``KernelsRun`` built by hand).
+        warmed_up: the first profiled call compiled (after ``torch._dynamo.reset()``, a new
+            shape, a new grad mode), so these are the kernels of the call after it.
     """
 
     int8: Counter
     float: Counter
+    post_ops: dict | None = field(default=None, compare=False)
+    warmed_up: bool = field(default=False, compare=False)
 
     @property
     def summary(self) -> str:
@@ -70,19 +108,44 @@ class KernelsRun:
         'int8: onednn::qlinear_pointwise ×2; float: 無'
         """
         none = "無" if lang == "zh_TW" else "none"
+        post_ops = self.post_ops or {}
+
+        def fused(name: str) -> str:
+            ops = post_ops.get(name)
+            if not ops:
+                return ""
+            return " (" + ", ".join(f"+{op} ×{c}" for op, c in sorted(ops.items())) + ")"
 
         def listed(kernels: Counter) -> str:
-            return ", ".join(f"{n} ×{c}" for n, c in sorted(kernels.items())) or none
+            return ", ".join(f"{n} ×{c}{fused(n)}" for n, c in sorted(kernels.items())) or none
 
-        return f"int8: {listed(self.int8)}; float: {listed(self.float)}"
+        line = f"int8: {listed(self.int8)}; float: {listed(self.float)}"
+        if self.warmed_up:
+            line += (
+                "（先呼叫過一次：那次呼叫在編譯）"
+                if lang == "zh_TW"
+                else (" (read on a second call: the first one compiled)")
+            )
+        return line
 
 
 def kernels_run(model, args: tuple) -> KernelsRun:
-    """Call ``model(*args)`` once under the profiler; return the compute kernels that ran.
+    """Call ``model(*args)`` under the profiler; return the compute kernels that ran.
 
-    Run it after the compile (the first call), on the inputs you time or serve, in the grad
-    mode you serve in: a change of input shape or of grad mode recompiles a
-    ``torch.compile``'d model, and the call then shows the kernels of the new code.
+    Call it on the inputs you time or serve, in the grad mode you serve in (a new input
+    shape or grad mode recompiles a ``torch.compile``'d model: the call then runs new code).
+    A call that compiles also dispatches the compiler's own aten work (tracing, constant
+    folding: ``aten::addmm`` on an int8-only model), so a call during which dynamo's
+    counters move is not read: ``kernels_run`` calls the model once more and reads that
+    call (``warmed_up``, and the summary says so); if that call compiles as well (a guard
+    that fails at every call), it raises.
+
+    The post-ops of each oneDNN int8 kernel (``onednn::qlinear_pointwise`` with an ``add``,
+    a ``relu``, a ``gelu``) are read from oneDNN's verbose log of the same call
+    (``torch.backends.mkldnn.verbose``, its ``attr-post-ops`` field), which oneDNN writes to
+    file descriptor 1 and which is kept off the output. The profiler's name is the same with
+    and without a post-op. See the module docstring for what it cannot see (small GEMMs
+    inductor inlines, SDPA's matmuls).
 
     Args:
         model: any callable: eager, exported, lowered or ``torch.compile``'d.
@@ -91,17 +154,128 @@ def kernels_run(model, args: tuple) -> KernelsRun:
     Returns:
         KernelsRun: the int8 and float compute kernels the call dispatched.
 
+    Raises:
+        RuntimeError: if the call compiles twice in a row.
+
     >>> kernels_run(torch.nn.Linear(4, 2), (torch.ones(1, 4),)).summary
     'int8: none; float: aten::addmm ×1'
     """
+    run = _profiled(model, args)
+    if run is not None:
+        return run
+    run = _profiled(model, args)
+    if run is None:
+        raise RuntimeError(
+            "kernels_run: the model compiled at two calls in a row, so no call ran without "
+            "the compiler: a guard fails at every call (a changing Python value, a new "
+            "shape, a grad mode that flips). torch._logging.set_logs(recompiles=True) names "
+            "the guard; kernels_run reads a call that runs compiled code"
+        )
+    return KernelsRun(run.int8, run.float, run.post_ops, warmed_up=True)
+
+
+def _compiles() -> tuple:
+    """Dynamo's counters of frames compiled and graphs made: they move when a call compiles."""
+    from torch._dynamo.utils import counters
+
+    return (sum(counters["frames"].values()), sum(counters["stats"].values()))
+
+
+def _profiled(model, args: tuple) -> KernelsRun | None:
+    """One call under the profiler and oneDNN's log; None when it compiled."""
     activities = [torch.profiler.ProfilerActivity.CPU]
-    with native_stderr_silenced(), torch.profiler.profile(activities=activities) as profile:
+    before = _compiles()
+    with (
+        native_stderr_silenced(),
+        _onednn_log() as log,
+        torch.profiler.profile(activities=activities) as profile,
+    ):
         model(*args)
+    if _compiles() != before:
+        return None
     names = [event.name for event in profile.events()]
+    int8 = [n for n in names if _is_int8(n)]
     return KernelsRun(
-        int8=Counter(n for n in names if _is_int8(n)),
+        int8=Counter(int8),
         float=Counter(n for n in names if n in FLOAT_KERNELS),
+        post_ops=_paired(int8, log.lines),
     )
+
+
+#: oneDNN's primitive kinds that int8 convs and linears execute as (its verbose log's 6th
+#: field), and the onednn kernels the profiler names for them.
+_PRIMITIVES = {
+    "convolution": "onednn::qconv",
+    "deconvolution": "onednn::qconv",
+    "matmul": "onednn::qlinear",
+    "inner_product": "onednn::qlinear",
+}
+_POST_OP_NAMES = {"gelu_erf": "gelu", "gelu_tanh": "gelu", "swish": "silu", "clip": "hardtanh"}
+
+
+def _post_ops(line: str) -> list[str]:
+    """``["add", "relu"]`` from a verbose line's ``attr-post-ops:binary_add:f32:3:ab+eltwise_relu``;
+    ``eltwise_linear`` (a scale oneDNN may apply as a post-op) is left out."""
+    found = re.search(r"attr-post-ops:(\S+?)(?:,| attr-|$)", line)
+    if not found:
+        return []
+    ops = []
+    for part in found.group(1).split("+"):
+        name = part.split(":")[0].removeprefix("eltwise_").removeprefix("binary_")
+        if name != "linear":
+            ops.append(_POST_OP_NAMES.get(name, name))
+    return ops
+
+
+def _paired(int8: list[str], lines: list[str]) -> dict | None:
+    """Each oneDNN int8 kernel call of the profiler, in order, with the int8 primitive oneDNN
+    executed for it, in order; None when the two lists do not pair one to one."""
+    calls = [n for n in int8 if n.startswith("onednn::q")]
+    executed = []
+    for line in lines:
+        fields = line.split(",")
+        if len(fields) < 10 or fields[2:4] != ["primitive", "exec"]:
+            continue
+        kind, descriptors = fields[5], fields[8]
+        if kind in _PRIMITIVES and re.search(r"src:[us]8", descriptors):
+            executed.append((_PRIMITIVES[kind], _post_ops(line)))
+    if len(executed) != len(calls) or not all(
+        call.startswith(prefix) for call, (prefix, _) in zip(calls, executed, strict=True)
+    ):
+        return None
+    found: dict[str, Counter] = {}
+    for call, (_, ops) in zip(calls, executed, strict=True):
+        found.setdefault(call, Counter())
+        if ops:
+            found[call]["+".join(ops)] += 1
+    return found
+
+
+class _Log:
+    def __init__(self):
+        self.lines: list[str] = []
+
+
+@contextlib.contextmanager
+def _onednn_log():
+    """oneDNN's verbose log of what runs meanwhile, in ``.lines`` when the block ends; kept off
+    file descriptor 1 (oneDNN prints it with C's stdio). Empty if verbose cannot be turned on."""
+    log = _Log()
+    libc = ctypes.CDLL(None)
+    sys.stdout.flush()
+    libc.fflush(None)
+    saved = os.dup(1)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 1)
+        try:
+            with torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON):
+                yield log
+            libc.fflush(None)
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+        sink.seek(0)
+        log.lines = sink.read().decode(errors="replace").splitlines()
 
 
 def time_by_kind(model, args: tuple, *, calls: int = 10) -> dict[str, float]:

@@ -1,5 +1,6 @@
 """The run-time kernel check (common.kernels): which kernels a model really ran."""
 
+import pytest
 import torch
 
 from common.kernels import kernels_run
@@ -39,3 +40,98 @@ def test_kernels_run_keeps_the_callers_grad_mode():
     with torch.no_grad():
         kernels_run(lambda: seen.append(torch.is_grad_enabled()), ())
     assert seen == [True, False], "a grad-mode change would recompile a compiled model"
+
+
+def int8_linears(*, add: bool, unary: torch.nn.Module | None = None):
+    """Two int8 linears compiled with freezing under no_grad, the first followed by a
+    residual add (x86 fuses it: one qlinear with an add post-op) or not."""
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    from common.pt2e import export_module, x86_quantizer
+
+    class Linears(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = torch.nn.Linear(64, 64), torch.nn.Linear(64, 64)
+            self.act = unary or torch.nn.Identity()
+
+        def forward(self, x):
+            y = self.fc1(x)
+            return self.act(self.fc2(y + x if add else y))
+
+    torch.manual_seed(0)
+    x = (torch.randn(8, 64),)
+    prepared = prepare_pt2e(export_module(Linears().eval(), x), x86_quantizer())
+    prepared(*x)
+    return torch.compile(convert_pt2e(prepared)), x
+
+
+@pytest.fixture
+def freezing(monkeypatch):
+    monkeypatch.setattr(torch._inductor.config, "freezing", True)
+
+
+@pytest.mark.usefixtures("freezing")
+def test_a_fused_add_and_a_plain_linear_do_not_print_the_same_line():
+    lines = {}
+    for add in (True, False):
+        model, x = int8_linears(add=add, unary=torch.nn.ReLU())
+        with torch.no_grad():
+            model(*x)
+            ran = kernels_run(model, x)
+        assert ran.int8 == {"onednn::qlinear_pointwise": 2} and not ran.float, ran.summary
+        lines[add] = ran.summary
+        expected = {"add": 1, "relu": 1} if add else {"relu": 1}
+        assert ran.post_ops == {"onednn::qlinear_pointwise": expected}, ran.summary
+    assert lines[True] != lines[False]
+    assert "(+add ×1, +relu ×1)" in lines[True] and "+add" not in lines[False]
+
+
+@pytest.mark.usefixtures("freezing")
+def test_after_a_dynamo_reset_an_int8_model_shows_no_float_kernel():
+    """The call after reset compiles: the compiler's own aten::addmm/mm are not reported."""
+    model, x = int8_linears(add=False)
+    with torch.no_grad():
+        model(*x)
+        torch._dynamo.reset()
+        ran = kernels_run(model, x)
+    assert ran.warmed_up and not ran.float, ran.summary
+    assert ran.int8 == {"onednn::qlinear_pointwise": 2}
+    assert ran.summary.endswith("(read on a second call: the first one compiled)")
+
+
+def test_a_model_that_compiles_at_every_call_is_refused(monkeypatch):
+    from common import kernels
+
+    moves = iter(range(100))
+    monkeypatch.setattr(kernels, "_compiles", lambda: next(moves))
+    with pytest.raises(RuntimeError, match="compiled at two calls in a row"):
+        kernels_run(torch.nn.Linear(4, 2), (torch.ones(1, 4),))
+
+
+def test_what_it_cannot_see_is_what_its_docstring_says():
+    """Inductor inlines a batch-1 GEMM with a weight of at most 16×16 into its C++ loop:
+    the float linear runs, and no kernel of FLOAT_KERNELS is called for it."""
+    from torch._inductor.utils import run_and_get_code
+
+    import common.kernels
+
+    tiny = torch.compile(torch.nn.Linear(4, 4).eval())
+    x = (torch.randn(1, 4),)
+    with torch.no_grad():
+        _, code = run_and_get_code(tiny, *x)
+        ran = kernels_run(tiny, x)
+    assert not ran.float and not ran.int8, ran.summary
+    code = "".join(code)
+    assert "cpp_fused_addmm" in code, "the GEMM is a loop of inductor's own C++"
+    assert "extern_kernels.addmm" not in code and "extern_kernels.mm" not in code
+    assert "16×16" in common.kernels.__doc__ and "output_code" in common.kernels.__doc__
+
+
+def test_post_ops_are_read_from_onednns_words():
+    from common.kernels import _post_ops
+
+    line = "onednn_verbose,v1,primitive,exec,cpu,matmul,x,undef,src:u8 dst:f32,attr-post-ops:"
+    assert _post_ops(line + "binary_add:f32:3:ab+eltwise_relu,,8x64:64x64,0.01") == ["add", "relu"]
+    assert _post_ops(line + "eltwise_gelu_erf,,8x64,0.01") == ["gelu"]
+    assert _post_ops("onednn_verbose,v1,primitive,exec,cpu,matmul,x,undef,src:u8,,8x64,0.01") == []

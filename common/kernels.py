@@ -105,21 +105,26 @@ class KernelsRun:
         """``summary`` in ``lang``, ``"en"`` or ``"zh_TW"``.
 
         >>> KernelsRun(Counter({"onednn::qlinear_pointwise": 2}), Counter()).summary_in("zh_TW")
-        'int8: onednn::qlinear_pointwise ×2; float: 無'
+        'int8：onednn::qlinear_pointwise ×2；浮點數：無'
         """
-        none = "無" if lang == "zh_TW" else "none"
+        zh = lang == "zh_TW"
+        none, comma = ("無", "、") if zh else ("none", ", ")
+        opening, closing = ("（", "）") if zh else (" (", ")")
         post_ops = self.post_ops or {}
 
         def fused(name: str) -> str:
             ops = post_ops.get(name)
             if not ops:
                 return ""
-            return " (" + ", ".join(f"+{op} ×{c}" for op, c in sorted(ops.items())) + ")"
+            return opening + comma.join(f"+{op} ×{c}" for op, c in sorted(ops.items())) + closing
 
         def listed(kernels: Counter) -> str:
-            return ", ".join(f"{n} ×{c}{fused(n)}" for n, c in sorted(kernels.items())) or none
+            return comma.join(f"{n} ×{c}{fused(n)}" for n, c in sorted(kernels.items())) or none
 
-        line = f"int8: {listed(self.int8)}; float: {listed(self.float)}"
+        if zh:
+            line = f"int8：{listed(self.int8)}；浮點數：{listed(self.float)}"
+        else:
+            line = f"int8: {listed(self.int8)}; float: {listed(self.float)}"
         if self.warmed_up:
             line += (
                 "（先呼叫過一次：那次呼叫在編譯）"

@@ -132,7 +132,7 @@ def test_a_race_says_which_kernels_ran_in_the_language_asked():
     from common.kernels import KernelsRun
 
     race = Race(**vars(TIMINGS), kernels={"fp32": KernelsRun(Counter(), Counter({"aten::mm": 1}))})
-    assert "執行的 kernel：int8: 無; float: aten::mm ×1" in race.table(lang="zh_TW")
+    assert "執行的 kernel：int8：無；浮點數：aten::mm ×1" in race.table(lang="zh_TW")
     assert "fp32  ran int8: none" in race.table(lang="en")
 
 

@@ -135,7 +135,7 @@ assert moved > 0, "評估改變了模型"
 
 # %%
 # **修正**：在 ``move_exported_model_to_eval`` 之後呼叫 ``qat.apply(disable_observer)`` ；
-# scale 就固定下來，直到 ``enable_observer`` 。說明見
+# scale 就凍結了，直到 ``enable_observer`` 。說明見
 # :ref:`M04-3 · 量化感知訓練 <sphx_glr_lessons_m04_accuracy_m04_3_qat.py>`。
 
 qat.apply(disable_observer)

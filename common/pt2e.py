@@ -3,6 +3,7 @@ in them, and silencing the stack's known import noise."""
 
 import difflib
 import logging
+import types
 import warnings
 from collections import Counter
 
@@ -76,19 +77,19 @@ def _graph_of(gm, caller: str) -> torch.fx.Graph:
 
 
 def _op_name(target) -> str:
-    name = str(target)
-    if name.startswith("<"):  # a Python function, e.g. operator.getitem: its name, no address
-        name = getattr(target, "__name__", name)
-    return name.removeprefix("quantized_decomposed.")
+    if isinstance(target, types.FunctionType):  # str() would give its address
+        return f"{target.__module__}.{target.__qualname__}"
+    return str(target).removeprefix("quantized_decomposed.")
 
 
 def op_counts(gm: torch.fx.GraphModule) -> Counter:
     """How many ``call_function`` nodes of ``gm`` call each operator.
 
-    An operator is named by its namespace, op and overload, as ``str(node.target)`` writes it
-    (``aten.conv2d.default``, ``onednn.qconv_pointwise.default``), except the q/dq ops, written
-    without their ``quantized_decomposed.`` namespace (``quantize_per_tensor.default``), and a
-    Python function (``operator.getitem``), written by its name (``getitem``).
+    An operator is named as ``str(node.target)`` writes it: namespace, op and overload
+    (``aten.conv2d.default``, ``onednn.qconv_pointwise.default``), or ``<built-in function
+    getitem>``; except the q/dq ops, written without their ``quantized_decomposed.``
+    namespace (``quantize_per_tensor.default``), and a Python function, by its module and
+    name (``str`` would give its address).
 
     Args:
         gm: a ``GraphModule`` (an ``ExportedProgram`` works too).

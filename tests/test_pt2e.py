@@ -77,11 +77,22 @@ def test_op_counts_names_each_operator_by_namespace_op_and_overload():
     assert counts == {
         "aten.relu.default": 1,
         "aten.split.Tensor": 1,
-        "getitem": 2,  # a Python function by its name
+        "<built-in function getitem>": 2,
         "aten.add.Tensor": 1,
     }
     assert op_counts(program) == counts, "an ExportedProgram's graph counts alike"
     assert counts["aten.conv2d.default"] == 0, "a Counter: a missing op counts 0"
+
+
+def twice(x):
+    return 2 * x
+
+
+def test_op_counts_names_a_python_function_by_module_and_name_not_by_address():
+    graph = torch.fx.Graph()
+    graph.output(graph.call_function(twice, (graph.placeholder("x"),)))
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    assert op_counts(gm) == {f"{__name__}.twice": 1}
 
 
 def test_op_counts_writes_the_qdq_ops_without_their_namespace():

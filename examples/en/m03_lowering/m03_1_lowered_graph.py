@@ -29,8 +29,6 @@ real int8 result is from the simulated one — and why.
 # ``small_cnn`` quantized with ``X86InductorQuantizer``, the quantizer the x86 lowering is
 # written for (uint8 activations, int8 per-channel weights).
 
-from collections import Counter
-
 import torch
 
 from common.cpu import describe, run_under_isa, weaker_paths
@@ -69,14 +67,7 @@ draw(simulated, highlight=qdq, title="Before: the q/dq graph (int8 simulated in 
 # graph node by node (``torch.fx.Interpreter``) and keeps every node's output, so we can look
 # inside a graph that fails.
 
-
-def ops(gm) -> Counter:
-    """Operator name -> how many call_function nodes call it."""
-    return Counter(
-        str(n.target).split("::")[-1].removeprefix("quantized_decomposed.")
-        for n in gm.graph.nodes
-        if n.op == "call_function"
-    )
+from common.pt2e import op_counts as ops
 
 
 class Recorder(torch.fx.Interpreter):
@@ -368,9 +359,10 @@ for path, (vnni, full, seven) in rows.items():
 #          calibrate(other_q)
 #          other = lower_pt2e_quantized_to_x86(convert_pt2e(other_q), x)
 #          print(ops(other))
-#          assert ops(other) == Counter(
-#              {"onednn.qconv_pointwise.default": 1, "quantize_per_tensor.default": 1}
-#          ), "bn folded, relu fused, nothing after it to quantize"
+#          assert ops(other) == {
+#              "onednn.qconv_pointwise.default": 1,
+#              "quantize_per_tensor.default": 1,
+#          }, "bn folded, relu fused, nothing after it to quantize"
 #          (qconv,) = [n for n in other.graph.nodes if "onednn" in str(n.target)]
 #          assert qconv.args[13] == torch.float32
 #

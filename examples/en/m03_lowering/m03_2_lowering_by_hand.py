@@ -28,14 +28,13 @@ the old nodes — and ends with a graph whose operators, constants and outputs a
 # The quantized ``small_cnn`` of M03-1; ``reference`` is torchao's lowering of it.
 
 import copy
-from collections import Counter
 
 import torch
 from torch import nn
 
 from common.expect import expect_error
 from common.models import example_inputs, get_model
-from common.pt2e import calibrate, export_module, quiet, x86_quantizer
+from common.pt2e import calibrate, export_module, op_counts, quiet, x86_quantizer
 from common.viz import draw, draw_diff
 
 quiet()
@@ -55,15 +54,6 @@ def quantize(model):
     return convert_pt2e(prepared)
 
 
-def ops(gm) -> Counter:
-    """Operator name -> how many call_function nodes call it."""
-    return Counter(
-        str(n.target).split("::")[-1].removeprefix("quantized_decomposed.")
-        for n in gm.graph.nodes
-        if n.op == "call_function"
-    )
-
-
 simulated = quantize(get_model("small_cnn"))
 reference = lower_pt2e_quantized_to_x86(simulated, x)
 
@@ -78,9 +68,9 @@ reference = lower_pt2e_quantized_to_x86(simulated, x)
 gm = lowering.reexport(simulated, x)
 graph = gm.graph
 draw(gm, title="Before: re-exported q/dq graph")
-print(dict(ops(gm)))
-assert ops(gm)["aten.convolution.default"] == 1 and ops(gm)["aten.addmm.default"] == 1
-assert not ops(gm)["aten.linear.default"], "linear is decomposed"
+print(dict(op_counts(gm)))
+assert op_counts(gm)["aten.convolution.default"] == 1 and op_counts(gm)["aten.addmm.default"] == 1
+assert not op_counts(gm)["aten.linear.default"], "linear is decomposed"
 
 # %%
 # Step 2 — The conv: match, prepack, replace
@@ -177,8 +167,8 @@ def same_constants(a, b) -> bool:
 lowering.reshape_views(gm)
 lowering.reshape_views(reference)
 fresh = example_inputs(8, seed=123)
-print(f"ops equal: {ops(gm) == ops(reference)} | constants: {sorted(gm.state_dict())}")
-assert ops(gm) == ops(reference), "the same multiset of operators"
+print(f"ops equal: {op_counts(gm) == op_counts(reference)} | constants: {sorted(gm.state_dict())}")
+assert op_counts(gm) == op_counts(reference), "the same multiset of operators"
 assert same_constants(gm, reference), "the same constants, prepacked weights included"
 assert torch.equal(gm(*fresh), reference(*fresh)), "bit-exact with lower_pt2e_quantized_to_x86"
 
@@ -233,22 +223,20 @@ with expect_error(NotImplementedError, match="linear + add"):
 #          q = quantize(get_model("conv_bn_relu"))
 #          start = lowering.reexport(q, x)
 #          mine, theirs = lowering.lower(q, x), lower_pt2e_quantized_to_x86(q, x)
-#          replaced = ops(start) - ops(mine)
+#          replaced = op_counts(start) - op_counts(mine)
 #          print(dict(replaced))
-#          assert replaced == Counter(
-#              {
+#          assert replaced == {
 #                  "dequantize_per_tensor.default": 1,
 #                  "dequantize_per_channel.default": 1,
 #                  "aten.convolution.default": 1,
 #                  "aten.relu.default": 1,
-#              }
-#          ), "dq(x), dq(w), the conv and relu; prepare folded the batch norm away"
-#          assert ops(mine) - ops(start) == Counter({"onednn.qconv_pointwise.default": 1})
+#          }, "dq(x), dq(w), the conv and relu; prepare folded the batch norm away"
+#          assert op_counts(mine) - op_counts(start) == {"onednn.qconv_pointwise.default": 1}
 #          (op,) = [n for n in mine.graph.nodes if "onednn" in str(n.target)]
 #          assert op.args[13] == torch.float32 and op.args[14] == "relu", (
 #              "relu fused; nothing quantizes its output: float32"
 #          )
-#          assert ops(mine) == ops(theirs) and torch.equal(mine(*fresh), theirs(*fresh))
+#          assert op_counts(mine) == op_counts(theirs) and torch.equal(mine(*fresh), theirs(*fresh))
 #
 # 2. Skip step 4 (``fuse_post_ops``) on a fresh copy. Predict: is the graph still torchao's?
 #    By how many quantization steps, at most, can the conv's uint8 output now differ from
@@ -266,7 +254,8 @@ with expect_error(NotImplementedError, match="linear + add"):
 #                  lowering.prepack_linear(unfused, node)
 #          lowering.fold_prepacked_weights(unfused)
 #          lowering.reshape_views(unfused)
-#          assert ops(unfused)["aten.relu.default"] == 1 and ops(unfused) != ops(reference), (
+#          unfused_ops = op_counts(unfused)
+#          assert unfused_ops["aten.relu.default"] == 1 and unfused_ops != op_counts(reference), (
 #              "relu and a quantize are back: not torchao's graph"
 #          )
 #

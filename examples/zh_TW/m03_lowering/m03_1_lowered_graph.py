@@ -28,8 +28,6 @@ quantize 之間用浮點數計算。**lowering（下放）** 把每一組這樣�
 # 用 ``X86InductorQuantizer`` 量化 ``small_cnn`` ：x86 lowering 就是為這個 quantizer 寫的
 # （uint8 活化值、int8 per-channel weight）。
 
-from collections import Counter
-
 import torch
 
 from common.cpu import describe, run_under_isa, weaker_paths
@@ -68,14 +66,7 @@ draw(simulated, highlight=qdq, title="之前：q/dq 圖（用浮點數模擬 int
 # ``torch.fx.Interpreter`` 一個 node 一個 node 地執行圖，並保留每個 node 的輸出，
 # 讓我們能看進一張會失敗的圖裡面。
 
-
-def ops(gm) -> Counter:
-    """運算名稱 -> 呼叫它的 call_function node 數量。"""
-    return Counter(
-        str(n.target).split("::")[-1].removeprefix("quantized_decomposed.")
-        for n in gm.graph.nodes
-        if n.op == "call_function"
-    )
+from common.pt2e import op_counts as ops
 
 
 class Recorder(torch.fx.Interpreter):
@@ -365,9 +356,10 @@ for path, (vnni, full, seven) in rows.items():
 #          calibrate(other_q)
 #          other = lower_pt2e_quantized_to_x86(convert_pt2e(other_q), x)
 #          print(ops(other))
-#          assert ops(other) == Counter(
-#              {"onednn.qconv_pointwise.default": 1, "quantize_per_tensor.default": 1}
-#          ), "bn 被折疊、relu 被融合，之後沒有要量化的東西"
+#          assert ops(other) == {
+#              "onednn.qconv_pointwise.default": 1,
+#              "quantize_per_tensor.default": 1,
+#          }, "bn 被折疊、relu 被融合，之後沒有要量化的東西"
 #          (qconv,) = [n for n in other.graph.nodes if "onednn" in str(n.target)]
 #          assert qconv.args[13] == torch.float32
 #

@@ -27,14 +27,13 @@ torchao 用 inductor 的模式比對器（pattern matcher）做 lowering；但�
 # M03-1 量化過的 ``small_cnn`` ； ``reference`` 是 torchao 對它做的 lowering。
 
 import copy
-from collections import Counter
 
 import torch
 from torch import nn
 
 from common.expect import expect_error
 from common.models import example_inputs, get_model
-from common.pt2e import calibrate, export_module, quiet, x86_quantizer
+from common.pt2e import calibrate, export_module, op_counts, quiet, x86_quantizer
 from common.viz import draw, draw_diff
 
 quiet()
@@ -54,15 +53,6 @@ def quantize(model):
     return convert_pt2e(prepared)
 
 
-def ops(gm) -> Counter:
-    """運算名稱 -> 呼叫它的 call_function node 數量。"""
-    return Counter(
-        str(n.target).split("::")[-1].removeprefix("quantized_decomposed.")
-        for n in gm.graph.nodes
-        if n.op == "call_function"
-    )
-
-
 simulated = quantize(get_model("small_cnn"))
 reference = lower_pt2e_quantized_to_x86(simulated, x)
 
@@ -77,9 +67,9 @@ reference = lower_pt2e_quantized_to_x86(simulated, x)
 gm = lowering.reexport(simulated, x)
 graph = gm.graph
 draw(gm, title="之前：重新匯出的 q/dq 圖")
-print(dict(ops(gm)))
-assert ops(gm)["aten.convolution.default"] == 1 and ops(gm)["aten.addmm.default"] == 1
-assert not ops(gm)["aten.linear.default"], "linear 被拆解了"
+print(dict(op_counts(gm)))
+assert op_counts(gm)["aten.convolution.default"] == 1 and op_counts(gm)["aten.addmm.default"] == 1
+assert not op_counts(gm)["aten.linear.default"], "linear 被拆解了"
 
 # %%
 # 步驟 2 — conv：比對、預先打包、替換
@@ -176,8 +166,8 @@ def same_constants(a, b) -> bool:
 lowering.reshape_views(gm)
 lowering.reshape_views(reference)
 fresh = example_inputs(8, seed=123)
-print(f"運算相同：{ops(gm) == ops(reference)}｜常數：{sorted(gm.state_dict())}")
-assert ops(gm) == ops(reference), "運算的多重集合相同"
+print(f"運算相同：{op_counts(gm) == op_counts(reference)}｜常數：{sorted(gm.state_dict())}")
+assert op_counts(gm) == op_counts(reference), "運算的多重集合相同"
 assert same_constants(gm, reference), "常數相同，包括預先打包的 weight"
 assert torch.equal(gm(*fresh), reference(*fresh)), "和 lower_pt2e_quantized_to_x86 逐位元相同"
 
@@ -232,22 +222,20 @@ with expect_error(NotImplementedError, match="linear + add"):
 #          q = quantize(get_model("conv_bn_relu"))
 #          start = lowering.reexport(q, x)
 #          mine, theirs = lowering.lower(q, x), lower_pt2e_quantized_to_x86(q, x)
-#          replaced = ops(start) - ops(mine)
+#          replaced = op_counts(start) - op_counts(mine)
 #          print(dict(replaced))
-#          assert replaced == Counter(
-#              {
+#          assert replaced == {
 #                  "dequantize_per_tensor.default": 1,
 #                  "dequantize_per_channel.default": 1,
 #                  "aten.convolution.default": 1,
 #                  "aten.relu.default": 1,
-#              }
-#          ), "dq(x)、dq(w)、conv 和 relu；BatchNorm 已在 prepare 時折疊掉"
-#          assert ops(mine) - ops(start) == Counter({"onednn.qconv_pointwise.default": 1})
+#          }, "dq(x)、dq(w)、conv 和 relu；BatchNorm 已在 prepare 時折疊掉"
+#          assert op_counts(mine) - op_counts(start) == {"onednn.qconv_pointwise.default": 1}
 #          (op,) = [n for n in mine.graph.nodes if "onednn" in str(n.target)]
 #          assert op.args[13] == torch.float32 and op.args[14] == "relu", (
 #              "relu 已融合；沒有 quantize 讀它的輸出：float32"
 #          )
-#          assert ops(mine) == ops(theirs) and torch.equal(mine(*fresh), theirs(*fresh))
+#          assert op_counts(mine) == op_counts(theirs) and torch.equal(mine(*fresh), theirs(*fresh))
 #
 # 2. 在一份新的副本上跳過步驟 4 （``fuse_post_ops``）。預測：這張圖還是 torchao 的圖嗎？
 #    conv 的 uint8 輸出現在和 torchao 的最多差幾格？
@@ -264,7 +252,8 @@ with expect_error(NotImplementedError, match="linear + add"):
 #                  lowering.prepack_linear(unfused, node)
 #          lowering.fold_prepacked_weights(unfused)
 #          lowering.reshape_views(unfused)
-#          assert ops(unfused)["aten.relu.default"] == 1 and ops(unfused) != ops(reference), (
+#          unfused_ops = op_counts(unfused)
+#          assert unfused_ops["aten.relu.default"] == 1 and unfused_ops != op_counts(reference), (
 #              "relu 和一個 quantize 回來了：不是 torchao 的圖"
 #          )
 #

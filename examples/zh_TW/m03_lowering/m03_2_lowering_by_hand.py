@@ -129,7 +129,7 @@ lowering.fuse_post_ops(gm)
 print(qconv.format_node())
 assert (qconv.args[13], qconv.args[14]) == (torch.uint8, "relu")
 assert not graph.find_nodes(op="call_function", target=aten.relu.default), "relu 被融合進去了"
-draw_diff(before, gm, title="步驟 4：relu 與 quantize 併入 int8 運算")
+draw_diff(before, gm, title="步驟 4：relu 與 quantize 融合進 int8 運算")
 
 # %%
 # 步驟 5 — 預先打包只執行一次：變成常數

@@ -14,7 +14,14 @@ from pathlib import Path
 
 import torch
 
-from common.lesson import ROOT, digest, lesson_language, measured_once
+from common.lesson import (
+    ROOT,
+    digest,
+    lesson_language,
+    measured_once,
+    quiet_environment,
+    waiting,
+)
 
 __all__ = [
     "ISA_PATHS",
@@ -329,9 +336,12 @@ def _run_under_isa(isa: str, source: str, timeout: float) -> dict:
         for variable in {name for path in ISA_PATHS.values() for name in path}:
             env.pop(variable, None)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    env.update(quiet_environment())  # the step computes, and times, as part of the build
     program = "\n".join(
         [
             "import json",
+            "from common.lesson import working",
+            "working()",
             "from common.pt2e import quiet",
             "quiet()",
             source,
@@ -339,14 +349,15 @@ def _run_under_isa(isa: str, source: str, timeout: float) -> dict:
             f"print({_MARK!r} + json.dumps({{'result': result, 'cpu': describe().as_dict()}}))",
         ]
     )
-    done = subprocess.run(
-        [sys.executable, "-c", program],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    with waiting():  # the subprocess computes in this process's stead
+        done = subprocess.run(
+            [sys.executable, "-c", program],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
     lines = [line for line in done.stdout.splitlines() if line.startswith(_MARK)]
     if done.returncode or not lines:
         errors = [line for line in done.stderr.strip().splitlines() if line.strip()]

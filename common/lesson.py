@@ -29,6 +29,12 @@ One cache, for every helper that keeps an expensive result (and for the op atlas
   tensors, modules (code, plain attributes, every parameter and buffer, the functions their
   classes call), always with the installed torch, torchao and ExecuTorch versions.
 
+While the site is built, a timing runs alone (``alone``): both languages' builds run at once,
+one per core, and a timing beside the other build's lesson measures the neighbour. A build's
+process computes holding a shared lock (``working``), lets go of it while it waits
+(``waiting``: a lock, a subprocess) and between lessons; a timing waits for it alone.
+``quiet_environment()`` hands the locks to a lesson's subprocess.
+
 Both caches lock their entry (``filelock``: the two languages' builds run at once) and write
 it whole (a partial file renamed into place). ``cache_folder()`` is the checkout's
 ``build/cache`` when ``common`` runs from a source checkout, else a per-user folder
@@ -37,6 +43,7 @@ package.
 """
 
 import ast
+import contextlib
 import hashlib
 import inspect
 import json
@@ -59,6 +66,7 @@ __all__ = [
     "CHECKOUT",
     "ROOT",
     "Lesson",
+    "alone",
     "cache_folder",
     "cached",
     "cached_path",
@@ -67,10 +75,13 @@ __all__ = [
     "lesson_language",
     "measured_once",
     "publish_figure",
+    "quiet_environment",
     "running",
     "start",
     "stop",
     "take_pictures",
+    "waiting",
+    "working",
 ]
 
 _COMMON = Path(__file__).resolve().parent
@@ -147,6 +158,11 @@ def start(
     running.figures = {}
     running.pictures = [] if pictures else None
     running.measured = Path(measured) if measured is not None else None
+    files = _quiet_files()  # between two lessons, a timing of the other build goes first
+    if files is not None and files.shared:
+        fcntl.flock(files.main, fcntl.LOCK_UN)
+        files.shared = False
+    working()
 
 
 def stop() -> None:
@@ -154,6 +170,7 @@ def stop() -> None:
     measuring = running.measuring
     vars(running).update(vars(Lesson()))
     running.measuring = measuring
+    _quiet_close()
 
 
 def publish_figure(name: str, value) -> None:
@@ -199,6 +216,145 @@ def take_pictures() -> list[tuple[str, str, str | None]]:
     taken = list(running.pictures)
     running.pictures.clear()
     return taken
+
+
+# ------------------------------------------------------------ quiet: a timing runs alone
+
+#: The variable that hands the build's quiet locks to a lesson's subprocess (``run_under_isa``).
+QUIET_VARIABLE = "PT2E_COURSE_QUIET"
+#: The lock files in ``start``'s ``measured`` folder: taken shared while a process computes,
+#: alone while it times; the turnstile lets a waiting timing in before the next lesson.
+_QUIET_LOCKS = (".quiet.lock", ".quiet-turn.lock")
+#: Seconds a timing waits for the other build to pause before it measures anyway.
+QUIET_PATIENCE = 300.0
+
+try:
+    import fcntl
+except ImportError:  # Windows: timings run beside the other build, as a reader's do
+    fcntl = None
+
+
+@dataclass
+class _Quiet:
+    folder: Path | None = None
+    main: object = None
+    turn: object = None
+    shared: bool = False
+
+
+_quiet = _Quiet()
+
+
+def _quiet_folder() -> Path | None:
+    if fcntl is None:
+        return None
+    if running.measured is not None:
+        return running.measured
+    inherited = os.environ.get(QUIET_VARIABLE)
+    return Path(inherited) if inherited else None
+
+
+def _quiet_files() -> _Quiet | None:
+    """The open lock files of the build this process belongs to, or None (no build)."""
+    folder = _quiet_folder()
+    if folder is None:
+        return None
+    if _quiet.folder != folder:
+        _quiet_close()
+        folder.mkdir(parents=True, exist_ok=True)
+        main, turn = (open(folder / name, "a+b") for name in _QUIET_LOCKS)
+        vars(_quiet).update(folder=folder, main=main, turn=turn, shared=False)
+    return _quiet
+
+
+def _quiet_close() -> None:
+    for handle in (_quiet.main, _quiet.turn):
+        if handle is not None:
+            handle.close()  # closing a file lets go of its lock
+    vars(_quiet).update(vars(_Quiet()))
+
+
+def _take_shared(files: _Quiet) -> None:
+    fcntl.flock(files.turn, fcntl.LOCK_EX)  # after any timing that is waiting or running
+    try:
+        fcntl.flock(files.main, fcntl.LOCK_SH)
+        files.shared = True
+    finally:
+        fcntl.flock(files.turn, fcntl.LOCK_UN)
+
+
+def working() -> None:
+    """Mark this process as computing for the site's build (``start`` does; so does the
+    subprocess of ``run_under_isa``): a timing of the other language's build waits until it
+    pauses. Nothing for a reader."""
+    files = _quiet_files()
+    if files is not None and not files.shared:
+        _take_shared(files)
+
+
+@contextlib.contextmanager
+def waiting():
+    """Pause as a computing process while the block waits (for a lock another process holds,
+    for a subprocess), so that a timing of the other build can run; resume after it."""
+    files = _quiet_files()
+    if files is None or not files.shared:
+        yield
+        return
+    fcntl.flock(files.main, fcntl.LOCK_UN)
+    files.shared = False
+    try:
+        yield
+    finally:
+        _take_shared(files)
+
+
+@contextlib.contextmanager
+def alone():
+    """Run the block (a timing's rounds) while no other process of the site's build computes.
+
+    Both languages' builds run at once, one per core: a timing beside the other build's
+    lesson measures the neighbour (spreads of 20–40 % on two cores). Each build process holds
+    a shared lock while it computes (``working``) and lets go while it waits (``waiting``) and
+    between lessons; a timing takes a turnstile (no lesson starts while it waits), then the
+    lock alone, so it runs once every other process of the build paused or finished its
+    lesson. After ``QUIET_PATIENCE`` seconds it measures anyway (its spread shows it). Only
+    while the site is built; a reader's timing runs at once.
+    """
+    files = _quiet_files()
+    if files is None:
+        yield
+        return
+    was_shared = files.shared
+    if was_shared:
+        fcntl.flock(files.main, fcntl.LOCK_UN)
+        files.shared = False
+    fcntl.flock(files.turn, fcntl.LOCK_EX)
+    try:
+        deadline = time.monotonic() + QUIET_PATIENCE
+        while True:
+            try:
+                fcntl.flock(files.main, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+        try:
+            yield
+        finally:
+            fcntl.flock(files.main, fcntl.LOCK_UN)
+            if was_shared:
+                fcntl.flock(files.main, fcntl.LOCK_SH)
+                files.shared = True
+    finally:
+        fcntl.flock(files.turn, fcntl.LOCK_UN)
+
+
+def quiet_environment() -> dict:
+    """The environment a subprocess of the running lesson needs to join the build's quiet
+    locks (``working`` in it): ``{QUIET_VARIABLE: folder}``, or ``{}`` for a reader."""
+    folder = _quiet_folder()
+    return {QUIET_VARIABLE: str(folder)} if folder is not None else {}
 
 
 # ---------------------------------------------------------------------------------- language
@@ -456,11 +612,21 @@ def _entry(kind: str, key: str) -> Path:
     return cache_folder() / kind / key
 
 
+@contextlib.contextmanager
 def _locked(path: Path):
-    from filelock import FileLock  # torch needs it: installed with the course
+    from filelock import FileLock, Timeout  # torch needs it: installed with the course
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    return FileLock(f"{path}.lock")
+    lock = FileLock(f"{path}.lock")
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:  # its holder may be timing: pause meanwhile (``alone``)
+        with waiting():
+            lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _json_at(path: Path, make: Callable[[], object]):
@@ -561,7 +727,7 @@ def _measured_folder(folder: Path) -> Path:
         _tidied.add(folder)
         if folder.is_dir():
             for entry in folder.iterdir():
-                if entry.name != current.name:
+                if entry.name not in (current.name, *_QUIET_LOCKS):
                     _remove(entry)
     return current
 

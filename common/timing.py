@@ -14,7 +14,7 @@ import torch
 from common.charts import display_width, pad
 from common.cpu import CpuInfo, describe
 from common.kernels import kernels_run
-from common.lesson import digest, lesson_language, measured_once
+from common.lesson import alone, digest, lesson_language, measured_once
 
 __all__ = [
     "Race",
@@ -232,7 +232,8 @@ def compare_speed(
 def _measure(models: dict, args: tuple, rounds: int, warmup: int, count: int) -> Timings:
     labels = list(models)
     spent = {label: [] for label in labels}
-    with _threads(count), torch.no_grad():
+    # While the site is built, no other process of the build computes meanwhile (``alone``).
+    with _threads(count), torch.no_grad(), alone():
         for index in range(warmup + rounds):
             shift = index % len(labels)
             for label in labels[shift:] + labels[:shift]:

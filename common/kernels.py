@@ -13,10 +13,10 @@ API:
   each int8 kernel's post-ops (``post_ops``).
 - ``KernelsRun.int8`` / ``.float``: Counters of profiler names (``onednn::qlinear_pointwise``);
   ``.post_ops``: ``{name: Counter({"add": 1, "gelu": 1})}``, the fused post-ops of that
-  kernel's calls as oneDNN named them at run time (``binary_add`` -> ``add``, ``eltwise_gelu_erf``
-  -> ``gelu``, ``sum`` for conv's in-place add), None when oneDNN's log could not be paired
-  with the profiler's calls; ``.summary``: ``int8: onednn::qlinear_pointwise ×2 (+add ×1,
-  +gelu ×1); float: none``.
+  kernel's calls as oneDNN named them at run time (``binary_add`` and ``sum``, its
+  accumulate into the output, -> ``add``; ``eltwise_gelu_erf`` -> ``gelu``), None when
+  oneDNN's log could not be paired with the profiler's calls; ``.summary``: ``int8:
+  onednn::qlinear_pointwise ×2 (+add ×1, +gelu ×1); float: none``.
 - ``time_by_kind(model, args)``: where a call's time goes, int8, float or other.
 
 What it cannot see: float work that is not a call to one of ``FLOAT_KERNELS``. Inductor
@@ -215,7 +215,15 @@ _PRIMITIVES = {
     "matmul": "onednn::qlinear",
     "inner_product": "onednn::qlinear",
 }
-_POST_OP_NAMES = {"gelu_erf": "gelu", "gelu_tanh": "gelu", "swish": "silu", "clip": "hardtanh"}
+#: oneDNN's names for post-ops, as a reader of PyTorch says them; ``sum`` is oneDNN's
+#: accumulate into the output buffer (the add's other input written first), an add too.
+_POST_OP_NAMES = {
+    "gelu_erf": "gelu",
+    "gelu_tanh": "gelu",
+    "swish": "silu",
+    "clip": "hardtanh",
+    "sum": "add",
+}
 
 
 def _post_ops(line: str) -> list[str]:

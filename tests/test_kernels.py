@@ -134,4 +134,5 @@ def test_post_ops_are_read_from_onednns_words():
     line = "onednn_verbose,v1,primitive,exec,cpu,matmul,x,undef,src:u8 dst:f32,attr-post-ops:"
     assert _post_ops(line + "binary_add:f32:3:ab+eltwise_relu,,8x64:64x64,0.01") == ["add", "relu"]
     assert _post_ops(line + "eltwise_gelu_erf,,8x64,0.01") == ["gelu"]
+    assert _post_ops(line + "sum:1:0:u8+eltwise_relu,,8x64,0.01") == ["add", "relu"]
     assert _post_ops("onednn_verbose,v1,primitive,exec,cpu,matmul,x,undef,src:u8,,8x64,0.01") == []

@@ -36,20 +36,12 @@ from torch.export import Dim
 
 from common.expect import expect_error
 from common.models import example_inputs, get_model
-from common.pt2e import calibrate, export_module, quiet, x86_quantizer
+from common.pt2e import calibrate, export_module, op_counts, quiet, x86_quantizer
 from common.viz import draw
 
 quiet()
 
 x = example_inputs(8)
-
-
-def quantize_nodes(gm) -> int:
-    """How many quantize nodes a converted graph has (0: nothing got quantized)."""
-    return sum(
-        n.target == torch.ops.quantized_decomposed.quantize_per_tensor.default
-        for n in gm.graph.nodes
-    )
 
 
 def in_fresh_python(source: str) -> None:
@@ -81,7 +73,9 @@ from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
 prepared = prepare_pt2e(export_module(get_model("conv_relu"), x), x86_quantizer())
 calibrate(prepared)
-assert quantize_nodes(convert_pt2e(prepared)) > 0, "torchao's prepare/convert quantize the conv"
+assert op_counts(convert_pt2e(prepared))["quantize_per_tensor.default"] > 0, (
+    "torchao's prepare/convert quantize the conv"
+)
 
 # %%
 # ModuleNotFoundError: No module named \'torch.ao.quantization.quantizer\'
@@ -250,8 +244,9 @@ def quantized(program) -> torch.fx.GraphModule:
 
 
 silent = quantized(torch.export.export(FunctionalConv(), x))
-print(f"quantize nodes after non-strict export: {quantize_nodes(silent)}")
-assert quantize_nodes(silent) == 0, "nothing got quantized, and nothing was raised"
+quantize_count = op_counts(silent)["quantize_per_tensor.default"]
+print(f"quantize nodes after non-strict export: {quantize_count}")
+assert quantize_count == 0, "nothing got quantized, and nothing was raised"
 
 # %%
 # **Fix**: export with ``strict=True`` (which records ``source_fn_stack``), or use
@@ -263,7 +258,9 @@ assert quantize_nodes(silent) == 0, "nothing got quantized, and nothing was rais
 fixed_conv = quantized(torch.export.export(FunctionalConv(), x, strict=True))
 qdq = [n.name for n in fixed_conv.graph.nodes if "quantize_per" in str(n.target)]
 draw(fixed_conv, highlight=qdq, title="strict=True: F.conv2d gets its quantize/dequantize nodes")
-assert quantize_nodes(fixed_conv) > 0, "strict export: the functional conv is quantized"
+assert op_counts(fixed_conv)["quantize_per_tensor.default"] > 0, (
+    "strict export: the functional conv is quantized"
+)
 
 # %%
 # RuntimeError: We ran into an error when deserializing the saved file.

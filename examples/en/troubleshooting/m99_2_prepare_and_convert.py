@@ -29,7 +29,7 @@ from torch import nn
 
 from common.expect import expect_error
 from common.models import example_inputs, get_model
-from common.pt2e import calibrate, export_module, quiet, x86_quantizer
+from common.pt2e import calibrate, export_module, op_counts, quiet, x86_quantizer
 from common.viz import draw
 
 quiet()
@@ -73,14 +73,6 @@ class OneSpecQuantizer(Quantizer):
 
     def validate(self, model):
         pass
-
-
-def quantize_nodes(gm) -> int:
-    """How many quantize nodes a converted graph has (0: nothing got quantized)."""
-    return sum(
-        n.target == torch.ops.quantized_decomposed.quantize_per_tensor.default
-        for n in gm.graph.nodes
-    )
 
 
 # %%
@@ -133,7 +125,9 @@ class OneReLUPerCall(ReusedReLU):
 
 prepared = prepare_pt2e(export_module(OneReLUPerCall(), x), x86_quantizer())
 calibrate(prepared)
-assert quantize_nodes(convert_pt2e(prepared)) >= 2, "both convs are quantized"
+assert op_counts(convert_pt2e(prepared))["quantize_per_tensor.default"] >= 2, (
+    "both convs are quantized"
+)
 
 # %%
 # A tied weight quantized twice (two modules share one weight)
@@ -229,7 +223,9 @@ left = [
     n.name for n in old_converted.graph.nodes if n.op == "call_module" and "post_process" in n.name
 ]
 draw(old_converted, highlight=left, title="After convert_pt2e: torch.ao observers left, no q/dq")
-assert quantize_nodes(old_converted) == 0 and len(left) == 2, "nothing quantized, observers kept"
+assert op_counts(old_converted)["quantize_per_tensor.default"] == 0 and len(left) == 2, (
+    "nothing quantized, observers kept"
+)
 
 # %%
 # **Fix**: take observers (and specs, quantizers) from torchao only. torchao's
@@ -242,7 +238,9 @@ new = prepare_pt2e(
     export_module(get_model("conv_relu"), x), OneSpecQuantizer(uint8_spec(MinMaxObserver))
 )
 calibrate(new)
-assert quantize_nodes(convert_pt2e(new)) == 2, "the conv's input and output are quantized"
+assert op_counts(convert_pt2e(new))["quantize_per_tensor.default"] == 2, (
+    "the conv's input and output are quantized"
+)
 
 # %%
 # KeyError: conv2d

@@ -34,20 +34,12 @@ from torch.export import Dim
 
 from common.expect import expect_error
 from common.models import example_inputs, get_model
-from common.pt2e import calibrate, export_module, quiet, x86_quantizer
+from common.pt2e import calibrate, export_module, op_counts, quiet, x86_quantizer
 from common.viz import draw
 
 quiet()
 
 x = example_inputs(8)
-
-
-def quantize_nodes(gm) -> int:
-    """convert 後的圖有幾個 quantize node（0：什麼都沒量化）。"""
-    return sum(
-        n.target == torch.ops.quantized_decomposed.quantize_per_tensor.default
-        for n in gm.graph.nodes
-    )
 
 
 def in_fresh_python(source: str) -> None:
@@ -78,7 +70,9 @@ from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
 prepared = prepare_pt2e(export_module(get_model("conv_relu"), x), x86_quantizer())
 calibrate(prepared)
-assert quantize_nodes(convert_pt2e(prepared)) > 0, "torchao 的 prepare／convert 量化了 conv"
+assert op_counts(convert_pt2e(prepared))["quantize_per_tensor.default"] > 0, (
+    "torchao 的 prepare／convert 量化了 conv"
+)
 
 # %%
 # ModuleNotFoundError: No module named \'torch.ao.quantization.quantizer\'
@@ -237,8 +231,9 @@ def quantized(program) -> torch.fx.GraphModule:
 
 
 silent = quantized(torch.export.export(FunctionalConv(), x))
-print(f"non-strict 匯出之後的 quantize node 數：{quantize_nodes(silent)}")
-assert quantize_nodes(silent) == 0, "什麼都沒量化，也沒有引發任何錯誤"
+quantize_count = op_counts(silent)["quantize_per_tensor.default"]
+print(f"non-strict 匯出之後的 quantize node 數：{quantize_count}")
+assert quantize_count == 0, "什麼都沒量化，也沒有引發任何錯誤"
 
 # %%
 # **修正**：以 ``strict=True`` 匯出（它會記錄 ``source_fn_stack`` ），或改用 ``nn.Conv2d`` 。
@@ -249,7 +244,9 @@ assert quantize_nodes(silent) == 0, "什麼都沒量化，也沒有引發任何�
 fixed_conv = quantized(torch.export.export(FunctionalConv(), x, strict=True))
 qdq = [n.name for n in fixed_conv.graph.nodes if "quantize_per" in str(n.target)]
 draw(fixed_conv, highlight=qdq, title="strict=True：F.conv2d 有了 quantize／dequantize node")
-assert quantize_nodes(fixed_conv) > 0, "strict export：函式形式的 conv 被量化了"
+assert op_counts(fixed_conv)["quantize_per_tensor.default"] > 0, (
+    "strict export：函式形式的 conv 被量化了"
+)
 
 # %%
 # RuntimeError: We ran into an error when deserializing the saved file.

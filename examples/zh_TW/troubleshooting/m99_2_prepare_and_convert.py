@@ -28,7 +28,7 @@ from torch import nn
 
 from common.expect import expect_error
 from common.models import example_inputs, get_model
-from common.pt2e import calibrate, export_module, quiet, x86_quantizer
+from common.pt2e import calibrate, export_module, op_counts, quiet, x86_quantizer
 from common.viz import draw
 
 quiet()
@@ -72,14 +72,6 @@ class OneSpecQuantizer(Quantizer):
 
     def validate(self, model):
         pass
-
-
-def quantize_nodes(gm) -> int:
-    """convert 後的圖有幾個 quantize node（0：什麼都沒量化）。"""
-    return sum(
-        n.target == torch.ops.quantized_decomposed.quantize_per_tensor.default
-        for n in gm.graph.nodes
-    )
 
 
 # %%
@@ -132,7 +124,7 @@ class OneReLUPerCall(ReusedReLU):
 
 prepared = prepare_pt2e(export_module(OneReLUPerCall(), x), x86_quantizer())
 calibrate(prepared)
-assert quantize_nodes(convert_pt2e(prepared)) >= 2, "兩個 conv 都被量化了"
+assert op_counts(convert_pt2e(prepared))["quantize_per_tensor.default"] >= 2, "兩個 conv 都被量化了"
 
 # %%
 # 綁在一起的 weight 被量化兩次（兩個模組共用一個 weight）
@@ -227,7 +219,9 @@ left = [
     n.name for n in old_converted.graph.nodes if n.op == "call_module" and "post_process" in n.name
 ]
 draw(old_converted, highlight=left, title="convert_pt2e 之後：torch.ao 的 observer 還在，沒有 q/dq")
-assert quantize_nodes(old_converted) == 0 and len(left) == 2, "什麼都沒量化，observer 還在"
+assert op_counts(old_converted)["quantize_per_tensor.default"] == 0 and len(left) == 2, (
+    "什麼都沒量化，observer 還在"
+)
 
 # %%
 # **修正**：observer（以及 spec、quantizer）只從 torchao 取得。torchao 的 ``MinMaxObserver``
@@ -239,7 +233,9 @@ new = prepare_pt2e(
     export_module(get_model("conv_relu"), x), OneSpecQuantizer(uint8_spec(MinMaxObserver))
 )
 calibrate(new)
-assert quantize_nodes(convert_pt2e(new)) == 2, "conv 的輸入與輸出都被量化了"
+assert op_counts(convert_pt2e(new))["quantize_per_tensor.default"] == 2, (
+    "conv 的輸入與輸出都被量化了"
+)
 
 # %%
 # KeyError: conv2d

@@ -266,7 +266,8 @@ def test_an_installed_course_run_from_another_folder_writes_nothing_under_its_vi
     downloaded M03-4 and M06-3 from a folder of their own: the course's cache goes to the
     per-user cache folder (common.lesson.cache_folder), nothing beside the installed package.
     A download is the lesson's file as it is in examples/. Cost: a virtualenv with torch and
-    ExecuTorch from local wheels, then the two lessons (a few minutes on 2 cores)."""
+    ExecuTorch, then both lessons and their exercises, nothing cached yet: 634 s on 2 cores
+    at a load average of 14."""
     from course_links import run_needs
 
     scripts = [EXAMPLES / "en" / relative for relative in CACHING_LESSONS]

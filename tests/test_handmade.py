@@ -473,11 +473,6 @@ def test_self_converting_observer_in_convert_names_the_node():
         handmade.convert(ours)
 
 
-def test_course_quantizer_specs_are_what_the_docs_say():
-    assert (ACTIVATION_SPEC.dtype, ACTIVATION_SPEC.qscheme) == (torch.int8, torch.per_tensor_affine)
-    assert (WEIGHT_SPEC.qscheme, WEIGHT_SPEC.ch_axis) == (torch.per_channel_symmetric, 0)
-
-
 def test_torchaos_pattern_graphs_from_the_tests_cache_are_freshly_exported_ones(
     torchao_patterns_exported_once,
 ):

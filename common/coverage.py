@@ -1,4 +1,29 @@
-"""What a PT2E quantizer leaves in float: each compute op of an exported graph, int8 or not, why."""
+"""What a PT2E quantizer leaves in float: each compute op of an exported graph, int8 or not, why.
+
+API:
+
+- ``coverage(graph, quantizer, *, label=None, every_op=False)`` -> ``Coverage``: prepares a
+  copy of the exported graph and reads the annotations. By default it reports the ops of
+  ``COMPUTE_OPS`` (conv, linear, matmul, attention, add, mul); ``every_op=True`` reports
+  every op of ``OPS`` (also pooling, cat, pad, slices, layout ops, norms, activations,
+  resampling, reductions, embedding, recurrent layers, sub/div).
+- ``OpCoverage``: ``node``, ``op`` (aten name), ``kind``, ``module``, ``status`` (``int8
+  static``, ``int8 dynamic``, ``int8 fused``: runs inside the int8 conv/linear before it;
+  ``int8 shared``: int8 in and out with its input's qparams; ``float``), ``reason`` (English)
+  and ``reason_in(lang)`` / ``why`` (the lesson's language), ``specs``.
+- ``Coverage``: ``report[node]``, ``names(kind=, int8=, op=)``, ``statuses(op)``,
+  ``counts()`` (kind -> (int8, all)), ``reasons()``, ``schemes(role)``, ``summary()``,
+  ``table(only=)`` (``"float"``, ``"int8"`` or a kind), ``grouped(only=, with_layout=)``
+  (one row per op, status and reason, with a count: the short table for big models).
+- ``side_by_side(*reports)``, ``spec_table(*reports)``: several quantizers on one graph.
+- ``X86_UNARY_FUSIONS``: the activations x86 fuses into the conv or linear before them;
+  ``MOVING_KINDS``: the kinds that move values without arithmetic.
+
+Float reasons come from the installed quantizers' rules: ``X86InductorQuantizer``'s op sets,
+fusion patterns and propagation (torchao 0.18), ``XNNPACKQuantizer``'s patterns and
+``propagate_annotation`` and ``XnnpackPartitioner``'s constraints (ExecuTorch 1.5.1); other
+quantizers get a generic reason (which input is not quantized).
+"""
 
 import copy
 from collections import Counter
@@ -10,7 +35,17 @@ from torch import nn
 from common.charts import display_width, pad
 from common.lesson import lesson_language
 
-__all__ = ["COMPUTE_OPS", "Coverage", "OpCoverage", "coverage", "side_by_side", "spec_table"]
+__all__ = [
+    "COMPUTE_OPS",
+    "MOVING_KINDS",
+    "OPS",
+    "X86_UNARY_FUSIONS",
+    "Coverage",
+    "OpCoverage",
+    "coverage",
+    "side_by_side",
+    "spec_table",
+]
 
 aten = torch.ops.aten
 
@@ -174,6 +209,9 @@ OPS = {
     **_targets("recurrent", "lstm.input", "gru.input", "rnn_tanh.input", "rnn_relu.input"),
     **_targets("elementwise", "sub.Tensor", "div.Tensor"),
 }
+#: The kinds of ``OPS`` whose ops move values without arithmetic (``grouped(with_layout=False)``
+#: leaves them out).
+MOVING_KINDS = ("layout", "slice")
 #: Ops of ``OPS`` that compute on two tensors, reported only when both operands are tensors.
 _BINARY = {target for target, kind in OPS.items() if kind in ("add", "mul", "elementwise")}
 
@@ -630,12 +668,13 @@ class Coverage:
             lines += [f"  float ×{n}: {said[r]}" for r, n in self.reasons().most_common()]
         return "\n".join(lines)
 
-    def _only(self, only: str | None) -> list[OpCoverage]:
+    def _only(self, only: str | None, with_layout: bool = True) -> list[OpCoverage]:
         kinds = {op.kind for op in self.ops}
+        ops = [op for op in self.ops if with_layout or op.kind not in MOVING_KINDS]
         if only in (None, "float", "int8"):
-            return [op for op in self.ops if only is None or op.int8 == (only == "int8")]
+            return [op for op in ops if only is None or op.int8 == (only == "int8")]
         if only in kinds:
-            return [op for op in self.ops if op.kind == only]
+            return [op for op in ops if op.kind == only]
         raise ValueError(
             f"only={only!r}: use 'float', 'int8', a kind of this report "
             f"({', '.join(sorted(kinds))}) or leave it out"
@@ -663,10 +702,14 @@ class Coverage:
         header = (words["node"], words["op"], words["module"], self._label_in(lang), words["why"])
         return _format([header], rows)
 
-    def grouped(self, *, only: str | None = None, lang: str | None = None) -> str:
+    def grouped(
+        self, *, only: str | None = None, with_layout: bool = True, lang: str | None = None
+    ) -> str:
         """A short table: one row per op, status and reason, with its count, ops of a kind
         together (kinds in the order the graph first uses them). Node names in a reason are
-        merged (the first three, then ``…``). ``only`` as in ``table``.
+        merged (the first three, then ``…``). ``only`` as in ``table``; ``with_layout=False``
+        leaves out the ops that only move values (kinds ``layout`` and ``slice``:
+        ``MOVING_KINDS``). No row: the header alone.
 
         >>> from common.pt2e import export_module, x86_quantizer
         >>> net = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4), nn.ReLU())
@@ -675,7 +718,7 @@ class Coverage:
         >>> report.grouped(only="activation", lang="en").splitlines()[1].split("  ")[-1]
         'runs as a post-op inside the int8 linear kernel of linear, linear_1'
         """
-        chosen = self._only(only)
+        chosen = self._only(only, with_layout)
         lang = _checked(lang)
         kinds = list(dict.fromkeys(op.kind for op in self.ops))
         groups: dict[tuple, list[OpCoverage]] = {}
@@ -1310,7 +1353,7 @@ class _X86Rules:
                 op=op,
                 patterns=said,
                 producer=producer.name,
-                producer_op=_op_name(producer),
+                producer_op=_described(producer),
             )
         return _text("not in op set", op=op)
 
@@ -1335,6 +1378,12 @@ def _op_name(node) -> str:
     if node.op == "call_function" and hasattr(node.target, "_overloadpacket"):
         return node.target._overloadpacket.__name__
     return node.op
+
+
+def _described(node) -> str:
+    """``aten.linear`` for a call of an aten op; the node's kind (``placeholder``) otherwise."""
+    name = _op_name(node)
+    return f"aten.{name}" if name != node.op else name
 
 
 def _observed_users(node) -> list:

@@ -143,6 +143,13 @@ MOVES: tuple[Move, ...] = (
         _lesson("m06_executorch_m06_1_xnnpack_quantizer"),
     ),
     Move(
+        "to_edge, to_backend",
+        "from executorch.exir import to_edge",
+        "",  # imports; to_edge(...).to_backend(XnnpackPartitioner()) logs a DEPRECATION WARNING
+        "from executorch.exir import to_edge_transform_and_lower",
+        _lesson("m06_executorch_m06_2_lowering_to_executorch"),
+    ),
+    Move(
         "OpenVINOQuantizer",
         "from nncf.experimental.torch.fx import OpenVINOQuantizer",
         "ImportError: cannot import name 'OpenVINOQuantizer' from 'nncf.experimental.torch.fx'",

@@ -66,3 +66,26 @@ def test_the_page_shows_every_row_and_links_its_lesson(lang):
         assert row.lesson in text, f"{lang}: {row.api}: no link to {row.lesson}"
         module = row.new.split()[1]
         assert f"from {module} import" in text, f"{lang}: the page never imports from {module}"
+
+
+def test_to_edge_then_to_backend_logs_its_deprecation_and_one_call_does_not(caplog):
+    """The row whose old import still works: the old two calls log XNNPACK's deprecation,
+    ``to_edge_transform_and_lower`` lowers without it (m99_6 runs both)."""
+    import torch
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+    row = move("to_edge, to_backend")
+    old, _ = attempt(row.old)
+    new, _ = attempt(row.new)
+    linear = torch.nn.Linear(4, 2).eval()
+
+    def program():
+        return torch.export.export(linear, (torch.randn(1, 4),))
+
+    with caplog.at_level("WARNING"):
+        old["to_edge"](program()).to_backend(XnnpackPartitioner())
+    assert "deprecated 'to_edge() + to_backend()' workflow" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        new["to_edge_transform_and_lower"](program(), partitioner=[XnnpackPartitioner()])
+    assert "to_backend" not in caplog.text

@@ -27,6 +27,7 @@ old imports fail loudly; three still import and do something else, which is wors
 
 import copy
 import dataclasses
+import logging
 import warnings
 from importlib import metadata
 
@@ -371,6 +372,65 @@ calibrate(edge_prepared)
 assert quantize_nodes(convert_pt2e(edge_prepared)) > 0, "ExecuTorch's quantizer quantizes"
 
 # %%
+# DEPRECATION WARNING: You are using the deprecated \'to_edge() + to_backend()\' workflow.
+# ----------------------------------------------------------------------------------------
+# ExecuTorch scripts of the torch 2.3 era lower in two calls, ``to_edge(program)`` then
+# ``.to_backend(partitioner)``. Both still import and run; XNNPACK's partitioner then logs
+# this line (through ``logging``, on stderr), which goes on: "Please consider migrating to
+# 'to_edge_transform_and_lower()' for better error handling and optimization."
+
+assert old_import("to_edge, to_backend") == "", "it still imports"
+names, _ = attempt(move("to_edge, to_backend").old)
+from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+
+def partitioner_log(lower) -> list[str]:
+    """Run ``lower()``; return what XNNPACK's partitioner logged meanwhile (kept off the page)."""
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger("executorch.backends.xnnpack.partition.xnnpack_partitioner")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        lower()
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = True
+    return [record.getMessage().strip() for record in records]
+
+
+two_calls = partitioner_log(
+    lambda: names["to_edge"](export(get_model("conv_relu"), x)).to_backend(XnnpackPartitioner())
+)
+print(two_calls[0])
+assert two_calls[0].startswith(
+    "DEPRECATION WARNING: You are using the deprecated 'to_edge() + to_backend()' workflow."
+)
+
+# %%
+# **Fix**: one call, ``to_edge_transform_and_lower(program, partitioner=[...])``: it runs the
+# partitioner's own transforms before ExecuTorch decomposes the graph, then delegates. No
+# warning, and the whole program is one delegate. Explained in
+# :ref:`M06-2 · Lowering to ExecuTorch
+# <sphx_glr_lessons_m06_executorch_m06_2_lowering_to_executorch.py>`.
+
+from executorch.exir import to_edge_transform_and_lower
+
+lowered_once = []
+one_call = partitioner_log(
+    lambda: lowered_once.append(
+        to_edge_transform_and_lower(
+            export(get_model("conv_relu"), x), partitioner=[XnnpackPartitioner()]
+        )
+    )
+)
+graph_nodes = lowered_once[0].exported_program().graph.nodes
+outside = {str(n.target) for n in graph_nodes if n.op == "call_function"}
+print(f"logged: {one_call or 'nothing'}; outside the delegate: {sorted(outside)}")
+assert not one_call and outside == {"executorch_call_delegate", "<built-in function getitem>"}
+
+# %%
 # OpenVINOQuantizer
 # -----------------
 # PyTorch's OpenVINO tutorial imports ``OpenVINOQuantizer`` from NNCF. NNCF 3.4 no longer has
@@ -436,6 +496,33 @@ quantize_(eager, Int8DynamicActivationInt8WeightConfig())
 tokens = torch.randn(16, 64)
 print(f"weight: {type(eager[0].weight).__name__}")
 torch.testing.assert_close(eager(tokens), mlp(tokens), atol=0.05, rtol=0)  # int8 rounding
+
+# %%
+# Not like for like: ``quantize_dynamic`` runs torch.ao's ``quantized::linear_dynamic``, with
+# one activation scale per tensor, and quantizes ``nn.LSTM`` and ``nn.GRU`` too;
+# ``Int8DynamicActivationInt8WeightConfig`` takes a scale per token (M05-4) and quantizes
+# linears only. An LSTM stays float under ``quantize_``:
+
+
+class Tagger(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn, self.head = nn.LSTM(16, 32, batch_first=True), nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.head(self.rnn(x)[0])
+
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # the deprecation of this entry
+    old_tagger = names["quantize_dynamic"](Tagger().eval(), {nn.LSTM, nn.Linear}, torch.qint8)
+new_tagger = Tagger().eval()
+quantize_(new_tagger, Int8DynamicActivationInt8WeightConfig())
+print(f"quantize_dynamic: {type(old_tagger.rnn).__module__}.{type(old_tagger.rnn).__name__}")
+print(f"quantize_: {type(new_tagger.rnn).__name__}, {type(new_tagger.head.weight).__name__}")
+assert type(old_tagger.rnn).__module__.startswith("torch.ao.nn.quantized.dynamic"), "int8 LSTM"
+assert type(new_tagger.rnn) is nn.LSTM and not hasattr(new_tagger.rnn.weight_ih_l0, "qdata")
+assert hasattr(new_tagger.head.weight, "qdata"), "the linear only"
 
 # %%
 # Next

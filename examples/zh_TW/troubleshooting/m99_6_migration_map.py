@@ -25,6 +25,7 @@ ExecuTorch。教學、問答與舊程式碼仍然從舊位置匯入。這一頁�
 
 import copy
 import dataclasses
+import logging
 import warnings
 from importlib import metadata
 
@@ -363,6 +364,64 @@ calibrate(edge_prepared)
 assert quantize_nodes(convert_pt2e(edge_prepared)) > 0, "ExecuTorch 的 quantizer 確實量化"
 
 # %%
+# DEPRECATION WARNING: You are using the deprecated \'to_edge() + to_backend()\' workflow.
+# ----------------------------------------------------------------------------------------
+# torch 2.3 時代的 ExecuTorch 腳本分兩次呼叫來下放：先 ``to_edge(program)`` ，再
+# ``.to_backend(partitioner)`` 。兩者都還匯入得了、也能執行；接著 XNNPACK 的 partitioner 會
+# 記下這一行（透過 ``logging`` ，寫到 stderr），後面接著：「Please consider migrating to
+# 'to_edge_transform_and_lower()' for better error handling and optimization.」
+
+assert old_import("to_edge, to_backend") == "", "it still imports"
+names, _ = attempt(move("to_edge, to_backend").old)
+from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+
+def partitioner_log(lower) -> list[str]:
+    """Run ``lower()``; return what XNNPACK's partitioner logged meanwhile (kept off the page)."""
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger("executorch.backends.xnnpack.partition.xnnpack_partitioner")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        lower()
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = True
+    return [record.getMessage().strip() for record in records]
+
+
+two_calls = partitioner_log(
+    lambda: names["to_edge"](export(get_model("conv_relu"), x)).to_backend(XnnpackPartitioner())
+)
+print(two_calls[0])
+assert two_calls[0].startswith(
+    "DEPRECATION WARNING: You are using the deprecated 'to_edge() + to_backend()' workflow."
+)
+
+# %%
+# **修正**：改成一次呼叫 ``to_edge_transform_and_lower(program, partitioner=[...])`` ：它在
+# ExecuTorch 拆解計算圖之前，先執行 partitioner 自己的轉換，再交給 delegate。沒有警告，整個程式
+# 成為一個 delegate。說明見 :ref:`M06-2 · 下放到 ExecuTorch
+# <sphx_glr_lessons_m06_executorch_m06_2_lowering_to_executorch.py>` 。
+
+from executorch.exir import to_edge_transform_and_lower
+
+lowered_once = []
+one_call = partitioner_log(
+    lambda: lowered_once.append(
+        to_edge_transform_and_lower(
+            export(get_model("conv_relu"), x), partitioner=[XnnpackPartitioner()]
+        )
+    )
+)
+graph_nodes = lowered_once[0].exported_program().graph.nodes
+outside = {str(n.target) for n in graph_nodes if n.op == "call_function"}
+print(f"記錄下的訊息：{one_call or '無'}；delegate 之外：{sorted(outside)}")
+assert not one_call and outside == {"executorch_call_delegate", "<built-in function getitem>"}
+
+# %%
 # OpenVINOQuantizer
 # -----------------
 # PyTorch 的 OpenVINO 教學從 NNCF 匯入 ``OpenVINOQuantizer`` 。NNCF 3.4 的那個位置已經沒有它：
@@ -428,6 +487,33 @@ quantize_(eager, Int8DynamicActivationInt8WeightConfig())
 tokens = torch.randn(16, 64)
 print(f"weight 的型別：{type(eager[0].weight).__name__}")
 torch.testing.assert_close(eager(tokens), mlp(tokens), atol=0.05, rtol=0)  # int8 的捨入誤差
+
+# %%
+# 兩者並不對等： ``quantize_dynamic`` 執行 torch.ao 的 ``quantized::linear_dynamic`` ，活化值
+# 每個張量一個 scale，而且連 ``nn.LSTM`` 與 ``nn.GRU`` 也會量化；
+# ``Int8DynamicActivationInt8WeightConfig`` 則是每個 token 一個 scale（M05-4），而且只量化
+# linear。在 ``quantize_`` 之下，LSTM 維持浮點數：
+
+
+class Tagger(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn, self.head = nn.LSTM(16, 32, batch_first=True), nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.head(self.rnn(x)[0])
+
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # the deprecation of this entry
+    old_tagger = names["quantize_dynamic"](Tagger().eval(), {nn.LSTM, nn.Linear}, torch.qint8)
+new_tagger = Tagger().eval()
+quantize_(new_tagger, Int8DynamicActivationInt8WeightConfig())
+print(f"quantize_dynamic: {type(old_tagger.rnn).__module__}.{type(old_tagger.rnn).__name__}")
+print(f"quantize_: {type(new_tagger.rnn).__name__}, {type(new_tagger.head.weight).__name__}")
+assert type(old_tagger.rnn).__module__.startswith("torch.ao.nn.quantized.dynamic"), "int8 LSTM"
+assert type(new_tagger.rnn) is nn.LSTM and not hasattr(new_tagger.rnn.weight_ih_l0, "qdata")
+assert hasattr(new_tagger.head.weight, "qdata"), "the linear only"
 
 # %%
 # 下一頁

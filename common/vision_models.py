@@ -199,17 +199,22 @@ class MobileNetV2(nn.Module):
     SETTINGS = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
                 (6, 160, 3, 2), (6, 320, 1, 1))  # fmt: skip
 
-    def __init__(self, num_classes=1000):
+    def __init__(self, num_classes=1000, width_mult=1.0, inverted_residual_setting=None):
+        # width_mult and inverted_residual_setting as torchvision's: channels scaled and
+        # rounded to multiples of 8 (the last conv keeps 1280 below 1.0), the stages given.
         super().__init__()
-        features = [Conv2dNormActivation(3, 32, 3, 2, activation_layer=nn.ReLU6)]
-        channels = 32
-        for t, c, n, s in self.SETTINGS:
+        stem = _make_divisible(32 * width_mult)
+        last = _make_divisible(1280 * max(1.0, width_mult))
+        features = [Conv2dNormActivation(3, stem, 3, 2, activation_layer=nn.ReLU6)]
+        channels = stem
+        for t, c, n, s in inverted_residual_setting or self.SETTINGS:
             for i in range(n):
-                features.append(InvertedResidualV2(channels, c, s if i == 0 else 1, t))
-                channels = c
-        features.append(Conv2dNormActivation(channels, 1280, 1, activation_layer=nn.ReLU6))
+                out = _make_divisible(c * width_mult)
+                features.append(InvertedResidualV2(channels, out, s if i == 0 else 1, t))
+                channels = out
+        features.append(Conv2dNormActivation(channels, last, 1, activation_layer=nn.ReLU6))
         self.features = nn.Sequential(*features)
-        self.classifier = nn.Sequential(nn.Dropout(0.2), nn.Linear(1280, num_classes))
+        self.classifier = nn.Sequential(nn.Dropout(0.2), nn.Linear(last, num_classes))
 
     def forward(self, x):
         x = nn.functional.adaptive_avg_pool2d(self.features(x), (1, 1))

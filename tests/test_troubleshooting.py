@@ -27,6 +27,8 @@ MESSAGE = re.compile(r"^(?P<type>[A-Z]\w*(?:Error|Warning|Exception)): (?P<text>
 SEARCHED = [
     "Input partition has more than one output node",
     "Calling eval() is not supported yet.",
+    # torchao's message starts with a line break: a reader pastes the type and the line under it
+    "NotImplementedError: Calling train() or eval() is not supported for exported models.",
     "No module named 'torch.ao.quantization.quantize_pt2e'",
     "We ran into an error when deserializing the saved file.",
 ]

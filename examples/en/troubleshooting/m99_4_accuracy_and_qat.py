@@ -94,7 +94,11 @@ torch.testing.assert_close(exported(*x), reference, rtol=0, atol=1e-6)
 # NotImplementedError: Calling train() or eval() is not supported for exported models.
 # ------------------------------------------------------------------------------------
 # The same refusal, worded differently, after ``prepare_pt2e`` or ``prepare_qat_pt2e``: here a
-# QAT model (with a dropout) about to be evaluated.
+# QAT model (with a dropout) about to be evaluated. torchao's message starts with a line
+# break, so the traceback's last line reads ``NotImplementedError:`` alone and the message is
+# on the lines under it, indented (the two lines printed second below, as the traceback shows
+# them). It goes on: "Please call
+# `torchao.quantization.pt2e.move_exported_model_to_train(model)` (or eval) instead."
 
 qat_config = get_default_x86_inductor_quantization_config(is_qat=True)
 with_dropout = torch.nn.Sequential(get_model("conv_relu"), torch.nn.Dropout(0.5))
@@ -102,8 +106,11 @@ qat = prepare_qat_pt2e(
     torch.export.export(with_dropout.train(), x).module(),
     X86InductorQuantizer().set_global(qat_config),
 )
-with expect_error(NotImplementedError, match="not supported for exported models"):
+with expect_error(NotImplementedError, match="not supported for exported models") as caught:
     qat.eval()
+first, second = str(caught.error).splitlines()[:2]
+print(f"NotImplementedError: {first}\n{second}")
+assert first == "" and second.strip().startswith("Calling train() or eval()"), "line 1: empty"
 
 # %%
 # **Fix**: the same function, ``move_exported_model_to_eval(qat)``: the dropout stops dropping.

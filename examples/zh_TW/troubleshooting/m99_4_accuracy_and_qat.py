@@ -92,7 +92,10 @@ torch.testing.assert_close(exported(*x), reference, rtol=0, atol=1e-6)
 # NotImplementedError: Calling train() or eval() is not supported for exported models.
 # ------------------------------------------------------------------------------------
 # 同樣的拒絕，換了說法，出現在 ``prepare_pt2e`` 或 ``prepare_qat_pt2e`` 之後：這裡是一個
-# 正要評估的 QAT 模型（含一個 dropout）。
+# 正要評估的 QAT 模型（含一個 dropout）。torchao 的訊息以換行開頭，所以 traceback 的最後一行
+# 只有 ``NotImplementedError:`` ，訊息在它下面幾行，而且帶著縮排（下面第二次印出的兩行，就是
+# traceback 顯示的樣子）。訊息接著說：「Please call
+# `torchao.quantization.pt2e.move_exported_model_to_train(model)` (or eval) instead.」
 
 qat_config = get_default_x86_inductor_quantization_config(is_qat=True)
 with_dropout = torch.nn.Sequential(get_model("conv_relu"), torch.nn.Dropout(0.5))
@@ -100,8 +103,11 @@ qat = prepare_qat_pt2e(
     torch.export.export(with_dropout.train(), x).module(),
     X86InductorQuantizer().set_global(qat_config),
 )
-with expect_error(NotImplementedError, match="not supported for exported models"):
+with expect_error(NotImplementedError, match="not supported for exported models") as caught:
     qat.eval()
+first, second = str(caught.error).splitlines()[:2]
+print(f"NotImplementedError: {first}\n{second}")
+assert first == "" and second.strip().startswith("Calling train() or eval()"), "line 1: empty"
 
 # %%
 # **修正**：同一個函式 ``move_exported_model_to_eval(qat)`` ：dropout 不再丟棄數值。但對

@@ -37,6 +37,7 @@ turns the int8 q/dq ops into integer arithmetic any backend can read.
 import contextlib
 import copy
 import importlib
+import inspect
 import io
 import os
 import platform
@@ -328,8 +329,11 @@ print(f"OpenVINO vs q/dq: {(on_openvino - unfolded(*images)).abs().max():.2e}")
 # into integer arithmetic in plain ``aten`` ops, for backends that read integer ops rather
 # than q/dq. On XNNPACK's graph every int8 ``quantize``/``dequantize`` is written out as
 # the arithmetic it does (``div``, ``round``, ``clamp``, ``to``), and the add + ReLU becomes
-# int32 arithmetic (``out_dtype`` nodes); the convs and linears, whose weights are per
-# channel, match none of its patterns and still compute in float on dequantized values.
+# int32 arithmetic (``out_dtype`` nodes). The convs and linears still compute in float on
+# dequantized values, each for a reason of its own. No conv ever matches: torchao writes its
+# conv pattern with ``aten.convolution``, and torch 2.13 exports ``aten.conv2d``. A linear
+# matches only with per-tensor weights in −127…127, as the pattern writes them, and its output
+# quantized right after it; XNNPACK's weights here are per channel.
 
 
 def op_name(node) -> str:
@@ -347,7 +351,24 @@ counts = op_counts(reference)
 print(dict(counts.most_common()))
 assert counts["q/dq"] == 0 and counts["out_dtype"] == 2, "int8 q/dq and the add rewritten"
 assert (counts["conv2d"], counts["linear"]) == (3, 2), "convs and linears stay float ops"
+pattern = importlib.import_module("torchao.quantization.pt2e.reference_representation_rewrite")
+conv_pattern = inspect.getsource(pattern._qdq_quantized_conv2d)
+assert "aten.convolution.default" in conv_pattern and "convolution" not in counts, "no match"
 print(f"reference vs q/dq: {(reference(*images) - converted['xnnpack'](*images)).abs().max():.2e}")
+
+# %%
+# With per-tensor weights (``xnnpack_quantizer(per_channel=False)``), ``fc2``, whose output is
+# quantized right after it, becomes int32 arithmetic too; ``fc1``, with its ReLU between it and
+# its quantize, and the three convs stay float.
+
+per_tensor = quantize(xnnpack_quantizer(per_channel=False), use_reference_representation=True)
+tensor_counts = op_counts(per_tensor)
+(float_linear,) = per_tensor.graph.find_nodes(
+    op="call_function", target=torch.ops.aten.linear.default
+)
+print({op: tensor_counts[op] for op in ("out_dtype", "conv2d", "linear")})
+assert tensor_counts["out_dtype"] > counts["out_dtype"] and tensor_counts["conv2d"] == 3
+assert [u.target for u in float_linear.users] == [torch.ops.aten.relu.default], "fc1"
 
 # %%
 # Summary
@@ -368,7 +389,8 @@ print(f"reference vs q/dq: {(reference(*images) - converted['xnnpack'](*images))
 # Exercises
 # ---------
 # 1. Convert Arm's graph with ``use_reference_representation=True``. Arm's activations are
-#    int8 too: predict whether any q/dq op remains, and whether any op computes in int32.
+#    int8 too, and its weights per tensor: predict whether any q/dq op remains, and whether
+#    any op computes in int32.
 #
 #    .. dropdown:: Solution
 #
@@ -378,7 +400,13 @@ print(f"reference vs q/dq: {(reference(*images) - converted['xnnpack'](*images))
 #          arm_reference = op_counts(arm)
 #          print(dict(arm_reference.most_common()))
 #          assert arm_reference["q/dq"] == 0, "every int8 q/dq is rewritten"
-#          assert arm_reference["out_dtype"] == 0, "no int32 op: Arm fused the add into the conv"
+#          assert arm_reference["out_dtype"] == 0, "no int32 op"
+#          # the linears: Arm's weights span -128...127, not the pattern's -127...127
+#          weight = get_default_arm_inductor_quantization_config().weight
+#          assert (weight.quant_min, weight.quant_max) == (-128, 127)
+#          assert (arm_reference["conv2d"], arm_reference["linear"]) == (3, 2), "all float"
+#          # the convs match no pattern (aten.conv2d), and the add is fused into the conv
+#          # before it (x86's conv + add, which Arm's quantizer inherits): no add pattern
 #
 # 2. Ask OpenVINO for ``QuantizationMode.INT8_MIXED`` (``OpenVINOQuantizer(mode=...)``).
 #    Predict the activation spec.

@@ -36,6 +36,7 @@ uint8 還是 int8、仿射還是對稱、weight 是 per-channel 還是 per-tenso
 import contextlib
 import copy
 import importlib
+import inspect
 import io
 import os
 import platform
@@ -321,8 +322,11 @@ print(f"OpenVINO vs q/dq：{(on_openvino - unfolded(*images)).abs().max():.2e}")
 # ``convert_pt2e(..., use_reference_representation=True)`` 把它認得的模式改寫成以一般
 # ``aten`` 運算表示的整數算術，給讀整數運算而不讀 q/dq 的後端使用。在 XNNPACK 的圖上，每個
 # int8 的 ``quantize`` ／ ``dequantize`` 都展開成它實際做的算術（ ``div`` 、 ``round`` 、
-# ``clamp`` 、 ``to`` ），add + ReLU 變成 int32 算術（ ``out_dtype`` node）；conv 與 linear
-# 的 weight 是 per-channel，不符合它的任何模式，仍然以浮點數在 dequantize 後的值上計算。
+# ``clamp`` 、 ``to`` ），add + ReLU 變成 int32 算術（ ``out_dtype`` node）。conv 與 linear
+# 仍然以浮點數在 dequantize 後的值上計算，原因各不相同。conv 永遠比對不到：torchao 用
+# ``aten.convolution`` 寫它的 conv 模式，而 torch 2.13 匯出的是 ``aten.conv2d`` 。linear 只有在
+# weight 是 per-tensor、範圍是模式裡寫的 −127…127，而且輸出緊接著就 quantize 時才比對得到；
+# 這裡 XNNPACK 的 weight 是 per-channel。
 
 
 def op_name(node) -> str:
@@ -340,7 +344,24 @@ counts = op_counts(reference)
 print(dict(counts.most_common()))
 assert counts["q/dq"] == 0 and counts["out_dtype"] == 2, "int8 的 q/dq 與 add 都被改寫"
 assert (counts["conv2d"], counts["linear"]) == (3, 2), "conv 與 linear 仍是浮點數運算"
+pattern = importlib.import_module("torchao.quantization.pt2e.reference_representation_rewrite")
+conv_pattern = inspect.getsource(pattern._qdq_quantized_conv2d)
+assert "aten.convolution.default" in conv_pattern and "convolution" not in counts, "no match"
 print(f"reference vs q/dq：{(reference(*images) - converted['xnnpack'](*images)).abs().max():.2e}")
+
+# %%
+# 改用 per-tensor 的 weight（ ``xnnpack_quantizer(per_channel=False)`` ）， ``fc2`` 的輸出緊接著
+# 就 quantize，於是它也變成 int32 算術；而 ``fc1`` 與它的 quantize 之間夾著 ReLU，它和三個 conv
+# 一樣維持浮點數。
+
+per_tensor = quantize(xnnpack_quantizer(per_channel=False), use_reference_representation=True)
+tensor_counts = op_counts(per_tensor)
+(float_linear,) = per_tensor.graph.find_nodes(
+    op="call_function", target=torch.ops.aten.linear.default
+)
+print({op: tensor_counts[op] for op in ("out_dtype", "conv2d", "linear")})
+assert tensor_counts["out_dtype"] > counts["out_dtype"] and tensor_counts["conv2d"] == 3
+assert [u.target for u in float_linear.users] == [torch.ops.aten.relu.default], "fc1"
 
 # %%
 # 小結
@@ -359,8 +380,8 @@ print(f"reference vs q/dq：{(reference(*images) - converted['xnnpack'](*images)
 #
 # 練習
 # ----
-# 1. 用 ``use_reference_representation=True`` 轉換 Arm 的圖。Arm 的活化值也是 int8：預測
-#    是否還留有 q/dq 運算，以及是否有運算以 int32 計算。
+# 1. 用 ``use_reference_representation=True`` 轉換 Arm 的圖。Arm 的活化值也是 int8，weight
+#    是 per-tensor：預測是否還留有 q/dq 運算，以及是否有運算以 int32 計算。
 #
 #    .. dropdown:: 解答
 #
@@ -370,7 +391,13 @@ print(f"reference vs q/dq：{(reference(*images) - converted['xnnpack'](*images)
 #          arm_reference = op_counts(arm)
 #          print(dict(arm_reference.most_common()))
 #          assert arm_reference["q/dq"] == 0, "每個 int8 的 q/dq 都被改寫"
-#          assert arm_reference["out_dtype"] == 0, "沒有 int32 運算：Arm 把 add 融合進了 conv"
+#          assert arm_reference["out_dtype"] == 0, "沒有 int32 運算"
+#          # linear：Arm 的 weight 範圍是 -128...127，不是模式裡的 -127...127
+#          weight = get_default_arm_inductor_quantization_config().weight
+#          assert (weight.quant_min, weight.quant_max) == (-128, 127)
+#          assert (arm_reference["conv2d"], arm_reference["linear"]) == (3, 2), "全是浮點數"
+#          # conv 比對不到任何模式（aten.conv2d），add 則融合進它前面的 conv
+#          # （Arm 的 quantizer 沿用 x86 的 conv + add）：也沒有 add 的模式
 #
 # 2. 要求 OpenVINO 使用 ``QuantizationMode.INT8_MIXED`` （ ``OpenVINOQuantizer(mode=...)`` ）。
 #    預測活化值的 spec。

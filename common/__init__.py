@@ -1,5 +1,6 @@
 """Helpers shared by the pt2e-course lessons, one job per module.
 
+- ``atlas``: the op atlas: one small model per op, through every quantizer, to what ran it.
 - ``aoti``: AOTInductor packages compiled once, cached by what made them; the kernels they call.
 - ``charts``: the course's look for charts and printed tables (CJK fonts, display widths).
 - ``coverage``: what a PT2E quantizer leaves in float, op by op, and why.

@@ -36,6 +36,7 @@ API_ORDER = (
     "common.numerics",
     "common.data",
     "common.coverage",
+    "common.atlas",
     "common.charts",
     "common.results",
     "common.lesson",

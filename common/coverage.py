@@ -724,12 +724,7 @@ class Coverage:
         groups: dict[tuple, list[OpCoverage]] = {}
         for op in sorted(chosen, key=lambda o: kinds.index(o.kind)):
             said = op.said
-            key_values = (
-                ()
-                if said is None
-                else tuple((k, v) for k, v in said.values if k not in _NODE_FIELDS)
-            )
-            key = (op.kind, op.op, op.status, said.key if said else op.reason, key_values)
+            key = (op.kind, op.op, op.status, said.key if said else op.reason)
             groups.setdefault(key, []).append(op)
         rows = []
         for members in groups.values():
@@ -753,11 +748,15 @@ _NODE_FIELDS = ("nodes", "root", "producer", "dropout", "extra")
 
 
 def _merged_reason(members: list[OpCoverage], lang: str) -> str:
-    """The reason of a group of ops: its node fields list every member's nodes (at most 3)."""
+    """The reason of a group of ops: its node fields list every member's nodes (at most 3);
+    when the members' other values differ (a broadcast mul's shapes), the first member's,
+    said so."""
     said = members[0].said
     if said is None:
         return members[0].reason_in(lang)
     values = dict(said.values)
+    others = {tuple((k, v) for k, v in m.said.values if k not in _NODE_FIELDS) for m in members}
+    alike = _ALIKE[lang] if len(others) > 1 else ""
     for name in _NODE_FIELDS:
         if name not in values:
             continue
@@ -769,7 +768,10 @@ def _merged_reason(members: list[OpCoverage], lang: str) -> str:
                     seen.append(node)
         shown = _LIST[lang].join(seen[:3]) + ("…" if len(seen) > 3 else "")
         values[name] = (shown,) if name == "nodes" else shown
-    return _Text(said.key, tuple(values.items())).render(lang)
+    return _Text(said.key, tuple(values.items())).render(lang) + alike
+
+
+_ALIKE = {"en": " (the first; the others alike)", "zh_TW": "（列出第一個，其餘同類）"}
 
 
 def _kinds(report: Coverage, lang: str) -> str:

@@ -7,12 +7,14 @@ what it left in float, and why. ``common.coverage`` answers from the annotations
 quantizer wrote and its own rules. On a MobileNet-style CNN, ``X86InductorQuantizer`` first
 refuses the graph outright, because one activation module is called at several places; a
 strict export fixes that, and then it leaves the squeeze-excitation's broadcast ``mul``
-float where ExecuTorch's ``XNNPACKQuantizer`` quantizes every compute op. On
+float where ExecuTorch's ``XNNPACKQuantizer`` quantizes every conv, linear, add and mul. On
 ``nn.TransformerEncoderLayer`` the roles turn: x86 leaves the attention's two linears, SDPA
 and both residual adds float, XNNPACK only SDPA. On torchvision's architectures (four on
 this page: ResNet18, MobileNetV2 and V3, a ViT; ResNet50 and EfficientNet-B0 in exercise 3) the
 same rules decide: x86 refuses the ResNets' reused ``self.relu`` and leaves every
-squeeze-excitation ``mul`` float.
+squeeze-excitation ``mul`` float. Asked for every op, not only the compute ops, the report
+also says what happens between them: which activations run fused inside the int8 conv or
+linear, which pooling passes int8 through, which norms and activations stay float.
 
 **What you will learn**
 
@@ -20,6 +22,8 @@ squeeze-excitation ``mul`` float.
 - Why a reused activation module breaks ``X86InductorQuantizer`` and what fixes it
 - Where the x86 and the XNNPACK quantizers differ on CNNs and on transformers
 - What each of them leaves float in ResNet, MobileNet, EfficientNet and ViT
+- How to read the fate of every op, activations, pooling and norms included
+  (``every_op=True``)
 
 **Prerequisites**: :ref:`M00-3 · finding patterns
 <sphx_glr_lessons_m00_graphs_m00_3_finding_patterns.py>`, :ref:`M05-1 · what the quantizer
@@ -50,7 +54,7 @@ import torch
 from torch import nn
 
 from common.charts import display_width, pad
-from common.coverage import coverage, side_by_side
+from common.coverage import COMPUTE_OPS, MOVING_KINDS, coverage, side_by_side
 from common.expect import expect_error
 from common.pt2e import export_module, quiet, x86_quantizer
 from common.viz import draw
@@ -216,9 +220,12 @@ assert torch.ops.aten.mul.Tensor in x86_inductor_quantizer.default_quantizable_o
 # --------------------------------------------
 # ``nn.TransformerEncoderLayer`` (width 64, 4 heads, ``batch_first=True``). x86 leaves the
 # attention's two linears float, ``F.linear`` calls inside ``nn.MultiheadAttention`` (M05-1),
-# and both residual adds, with no conv or linear right before them to fuse into. XNNPACK
-# finds linears by op, not by module, and quantizes adds on their own: only SDPA stays
-# float, in neither quantizer's set.
+# and both residual adds: x86 quantizes an add only fused into the linear right before it,
+# and an eval-mode dropout node sits in between (``dropout2(linear2(...))`` in the layer's
+# source: ``nn.Dropout`` does nothing in eval mode, but the non-strict export keeps its
+# node). The report names the dropout for the add after ``linear2``; the add after the
+# attention has a dropout and MHA's reshapes before it. XNNPACK finds linears by op, not by
+# module, and quantizes adds on their own: only SDPA stays float, in neither quantizer's set.
 
 torch.manual_seed(0)
 layer = nn.TransformerEncoderLayer(64, 4, 128, batch_first=True).eval()
@@ -229,6 +236,7 @@ print(side_by_side(x86_layer, xnnpack_layer))
 print(x86_layer.table(only="float"))
 assert x86_layer.counts() == {"linear": (2, 4), "attention": (0, 1), "add": (0, 2)}
 assert xnnpack_layer.counts() == {"linear": (4, 4), "attention": (0, 1), "add": (2, 2)}
+assert "eval-mode dropout" in x86_layer["add_1"].reason, "dropout2 between linear2 and the add"
 
 # %%
 # Step 5 — torchvision's architectures
@@ -246,13 +254,20 @@ HEADER = ("architecture", "x86", "float under x86", "XNNPACK", "float under XNNP
 REFUSED = "refused"
 
 
+COMPUTE_KINDS = set(COMPUTE_OPS.values())
+
+
+def compute_counts(report):
+    return {k: counts for k, counts in report.counts().items() if k in COMPUTE_KINDS}
+
+
 def int8_of_all(report):
-    counts = report.counts().values()
+    counts = compute_counts(report).values()
     return f"{sum(int8 for int8, _ in counts)}/{sum(total for _, total in counts)}"
 
 
 def float_kinds(report):
-    return ", ".join(f"{k} {i}/{n}" for k, (i, n) in report.counts().items() if i < n)
+    return ", ".join(f"{k} {i}/{n}" for k, (i, n) in compute_counts(report).items() if i < n)
 
 
 ON_THE_PAGE = ("resnet18", "mobilenet_v2", "mobilenet_v3_small", "vit_tiny")
@@ -261,9 +276,9 @@ models, zoo, refusals = {}, {}, {}
 for name in ON_THE_PAGE:
     models[name] = get_model(name)
     graph = export_module(models[name], example_inputs(2, shape=input_shape(name)))
-    zoo[name] = {"XNNPACK": coverage(graph, xnnpack_quantizer())}
+    zoo[name] = {"XNNPACK": coverage(graph, xnnpack_quantizer(), every_op=True)}
     try:
-        zoo[name]["x86"] = coverage(graph, x86_quantizer())
+        zoo[name]["x86"] = coverage(graph, x86_quantizer(), every_op=True)
     except ValueError as error:
         refusals[name] = str(error)
 
@@ -293,7 +308,8 @@ for name, reports in zoo.items():
         if squeeze_excitations:
             expected_mul = squeeze_excitations if label == "XNNPACK" else 0
             assert counts["mul"] == (expected_mul, squeeze_excitations), (name, label)
-    assert all(i == n for k, (i, n) in reports["XNNPACK"].counts().items() if k != "attention")
+    on_xnnpack = compute_counts(reports["XNNPACK"])
+    assert all(i == n for k, (i, n) in on_xnnpack.items() if k != "attention")
 
 # %%
 # x86 refuses ResNet18 for the reason of Step 1: torchvision's ``BasicBlock`` calls its
@@ -312,8 +328,55 @@ resnet_args = example_inputs(2, shape=input_shape("resnet18"))
 resnet = torch.export.export(models["resnet18"], resnet_args, strict=True).module()
 resnet_x86 = coverage(resnet, x86_quantizer())
 print(resnet_x86.summary())
-assert resnet_x86.counts() == zoo["resnet18"]["XNNPACK"].counts()
+assert resnet_x86.counts() == compute_counts(zoo["resnet18"]["XNNPACK"])
 assert all(i == n for i, n in resnet_x86.counts().values())
+
+# %%
+# Step 6 — Every op, not only the compute ops
+# -------------------------------------------
+# The reports of Step 5 cover every op that computes on tensor values (``every_op=True``):
+# also the activations, pooling, norms, reductions and the layout ops that only move values.
+# Such an op is ``int8 fused`` when it runs inside the int8 conv or linear before it (a ReLU
+# after its conv), ``int8 shared`` when it reads and writes int8 with its input's scale (a
+# max-pool), ``int8 static``, or ``float`` with the quantizer's rule. ``grouped`` keeps a big
+# model's report short: a row per op, status and reason. The float ops of each report, the
+# layout ops left out (``with_layout=False``):
+
+for name, reports in zoo.items():
+    for label, report in reports.items():
+        floats = [op for op in report.ops if not op.int8 and op.kind not in MOVING_KINDS]
+        print(f"{name}, {label}: {len(floats)} float")
+        if floats:
+            print(report.grouped(only="float", with_layout=False))
+
+# %%
+# XNNPACK leaves MobileNetV3's hardswish and hardsigmoid and the ViT's GELU and LayerNorm
+# float: no pattern of its covers them. x86 fuses the hardswish into the conv before it and
+# the GELU into the linear before it, and leaves the hardsigmoid gates, the LayerNorms and
+# the one hardswish after the classifier's linear float (x86 fuses hardswish into convs
+# only). Under both, every ReLU runs fused or passes int8 through, and every max-pool
+# shares its input's scale.
+
+v3, vit = zoo["mobilenet_v3_small"], zoo["vit_tiny"]
+
+
+def modules(name, kind):
+    return sum(isinstance(m, kind) for m in models[name].modules())
+
+
+hardswishes, gelus = modules("mobilenet_v3_small", nn.Hardswish), modules("vit_tiny", nn.GELU)
+for label in ("x86", "XNNPACK"):
+    gates = modules("mobilenet_v3_small", nn.Hardsigmoid)
+    assert v3[label].statuses("hardsigmoid") == {"float": gates}
+    assert vit[label].statuses("layer_norm") == {"float": modules("vit_tiny", nn.LayerNorm)}
+assert v3["XNNPACK"].statuses("hardswish_") == {"float": hardswishes}
+assert v3["x86"].statuses("hardswish_") == {"int8 fused": hardswishes - 1, "float": 1}
+assert vit["x86"].statuses("gelu") == {"int8 fused": gelus}
+assert vit["XNNPACK"].statuses("gelu") == {"float": gelus}
+for reports in zoo.values():
+    for report in reports.values():
+        for op in ("relu", "relu_", "max_pool2d"):
+            assert set(report.statuses(op)) <= {"int8 fused", "int8 shared"}, (report.label, op)
 
 # %%
 # Step 6 — ExecuTorch's QuantizerReporter
@@ -342,15 +405,25 @@ assert not any(hasattr(q, "get_quantizer_info") for q in (x86_quantizer(), xnnpa
 # Summary
 # -------
 # ==================================  ========================  ===========================
-# compute op                          x86                       XNNPACK
+# op                                  x86                       XNNPACK
 # ==================================  ========================  ===========================
 # conv, depthwise conv, 1×1 conv      int8                      int8
 # in-place residual ``add_``          int8, fused into conv     int8, an op of its own
 # squeeze-excitation ``mul``          float: shapes differ      int8
 # ``nn.MultiheadAttention`` linears   float: not nn.Linear      int8 (matched by op)
-# residual add after attention        float: nothing to fuse    int8
+# encoder's residual adds             float: dropout between    int8
 # ``scaled_dot_product_attention``    float                     float
+# ReLU after a conv                   int8, fused into conv     int8, fused into conv
+# max-pool                            int8, shared scale        int8, shared scale
+# hardswish after a conv              int8, fused into conv     float: no pattern
+# GELU after a linear                 int8, fused into linear   float: no pattern
+# hardsigmoid, LayerNorm              float                     float
 # ==================================  ========================  ===========================
+#
+# ``coverage(..., every_op=True)`` reports every op, ``grouped`` a row per op and reason.
+# What each op becomes under each quantizer of this course, and which kernel then runs it,
+# is the op atlas: :ref:`M07-4 · the op atlas
+# <sphx_glr_lessons_m07_your_model_m07_4_op_atlas.py>`.
 #
 # A module called at several places stops x86 before any of this, on a non-strict export:
 # export with ``strict=True`` or give each call its own module. torchvision's ResNets are such

@@ -6,12 +6,15 @@ M07-1 我的 quantizer 會把什麼留在浮點數？
 又是為什麼。 ``common.coverage`` 依據 quantizer 寫下的 annotation 與它自己的規則回答。在一個
 MobileNet 式 CNN 上， ``X86InductorQuantizer`` 一開始就拒絕整張圖，因為有一個活化模組在好幾個
 地方被呼叫；strict 匯出修好這一點之後，它把 squeeze-excitation 裡需要廣播的 ``mul`` 留在
-浮點數，而 ExecuTorch 的 ``XNNPACKQuantizer`` 把每個計算運算（conv、linear、matmul、
-attention，以及兩個張量之間的 add 與 mul；不含 view、reshape 這類搬移資料的運算）都量化了。
+浮點數，而 ExecuTorch 的 ``XNNPACKQuantizer`` 把每個 conv、linear、add 與 mul 都量化了
+（本課的計算運算指 conv、linear、matmul、attention，以及兩個張量之間的 add 與 mul；不含
+view、reshape 這類搬移資料的運算）。
 到了 ``nn.TransformerEncoderLayer`` ，角色對調：x86 把 attention 的兩個 linear、SDPA 與兩個
 殘差 add 都留在浮點數，XNNPACK 只留下 SDPA。在 torchvision 的架構上（本頁四個：ResNet18、
 MobileNetV2 與 V3、一個 ViT；ResNet50 與 EfficientNet-B0 在練習 3）也是同樣的規則在決定：
 x86 拒絕 ResNet 重複使用的 ``self.relu`` ，並把每個 squeeze-excitation 的 ``mul`` 留在
+浮點數。要報告列出每一個運算、不只計算運算時，它也說出計算運算之間發生了什麼：哪些活化函式
+融合在 int8 conv 或 linear 裡執行、哪些 pooling 讓 int8 直接穿過、哪些 norm 與活化函式留在
 浮點數。
 
 **你會學到**
@@ -20,6 +23,7 @@ x86 拒絕 ResNet 重複使用的 ``self.relu`` ，並把每個 squeeze-excitati
 - 為什麼重複使用的活化模組會讓 ``X86InductorQuantizer`` 失敗，以及怎麼修
 - x86 與 XNNPACK 兩個 quantizer 在 CNN 與 Transformer 上有哪些不同
 - 兩者各把 ResNet、MobileNet、EfficientNet 與 ViT 的哪些運算留在浮點數
+- 怎麼讀出每一個運算的下場，包括活化函式、pooling 與 norm（ ``every_op=True`` ）
 
 **先備知識**： :ref:`M00-3 · 找出模式
 <sphx_glr_lessons_m00_graphs_m00_3_finding_patterns.py>`、 :ref:`M05-1 · quantizer 在
@@ -49,7 +53,7 @@ import torch
 from torch import nn
 
 from common.charts import display_width, pad
-from common.coverage import coverage, side_by_side
+from common.coverage import COMPUTE_OPS, MOVING_KINDS, coverage, side_by_side
 from common.expect import expect_error
 from common.pt2e import export_module, quiet, x86_quantizer
 from common.viz import draw
@@ -213,9 +217,12 @@ assert torch.ops.aten.mul.Tensor in x86_inductor_quantizer.default_quantizable_o
 # -----------------------------------
 # ``nn.TransformerEncoderLayer`` （寬度 64、4 個 head、 ``batch_first=True`` ）。x86 把
 # attention 的兩個 linear 留在浮點數——它們是 ``nn.MultiheadAttention`` 裡的 ``F.linear``
-# 呼叫（M05-1）——兩個殘差 add 也一樣，因為它們前面沒有可以融合的 conv 或 linear。XNNPACK
-# 依運算而不是依模組找 linear，並且把 add 當成獨立的運算量化：只有 SDPA 留在浮點數，它不在
-# 任何一個 quantizer 的集合裡。
+# 呼叫（M05-1）——兩個殘差 add 也一樣：x86 只在 add 緊接在 linear 後面時，把它融合進去一起
+# 量化，而這裡兩者之間夾著一個 eval 模式的 dropout 節點（這一層的原始碼寫的是
+# ``dropout2(linear2(...))`` ； ``nn.Dropout`` 在 eval 模式下什麼也不做，但 non-strict 匯出
+# 仍留下它的節點）。報告在 ``linear2`` 之後的 add 上點名這個 dropout；attention 之後的 add
+# 前面則有一個 dropout 與 MHA 的 reshape。XNNPACK 依運算而不是依模組找 linear，並且把 add
+# 當成獨立的運算量化：只有 SDPA 留在浮點數，它不在任何一個 quantizer 的集合裡。
 
 torch.manual_seed(0)
 layer = nn.TransformerEncoderLayer(64, 4, 128, batch_first=True).eval()
@@ -226,6 +233,7 @@ print(side_by_side(x86_layer, xnnpack_layer))
 print(x86_layer.table(only="float"))
 assert x86_layer.counts() == {"linear": (2, 4), "attention": (0, 1), "add": (0, 2)}
 assert xnnpack_layer.counts() == {"linear": (4, 4), "attention": (0, 1), "add": (2, 2)}
+assert "eval-mode dropout" in x86_layer["add_1"].reason, "linear2 與 add 之間的 dropout2"
 
 # %%
 # 步驟 5 — torchvision 的架構
@@ -234,8 +242,8 @@ assert xnnpack_layer.counts() == {"linear": (4, 4), "attention": (0, 1), "add": 
 # 與 ResNet50、MobileNetV2、MobileNetV3-small、EfficientNet-B0 與一個小型 ViT
 # （ ``common.vision_models`` ；torchvision 本身無法與這個 CPU 版的 torch 一起匯入，見該模組的
 # 說明）。這裡取其中四個，各有自己的寫法習慣，照 ``export_module`` 的方式匯出（non-strict），
-# 再交給兩個 quantizer 報告；ResNet50 與 EfficientNet-B0 留給練習 3。隨機 weight，64×64 的
-# 影像。
+# 再交給兩個 quantizer 報告，每一個運算都報告（ ``every_op=True`` ，步驟 6）；表格數的是
+# 計算運算。ResNet50 與 EfficientNet-B0 留給練習 3。隨機 weight，64×64 的影像。
 
 from common.models import VISION_NAMES, example_inputs, get_model, input_shape
 
@@ -243,13 +251,20 @@ HEADER = ("架構", "x86", "x86 下的浮點運算", "XNNPACK", "XNNPACK 下的�
 REFUSED = "拒絕"
 
 
+COMPUTE_KINDS = set(COMPUTE_OPS.values())
+
+
+def compute_counts(report):
+    return {k: counts for k, counts in report.counts().items() if k in COMPUTE_KINDS}
+
+
 def int8_of_all(report):
-    counts = report.counts().values()
+    counts = compute_counts(report).values()
     return f"{sum(int8 for int8, _ in counts)}/{sum(total for _, total in counts)}"
 
 
 def float_kinds(report):
-    return "、".join(f"{k} {i}/{n}" for k, (i, n) in report.counts().items() if i < n)
+    return "、".join(f"{k} {i}/{n}" for k, (i, n) in compute_counts(report).items() if i < n)
 
 
 ON_THE_PAGE = ("resnet18", "mobilenet_v2", "mobilenet_v3_small", "vit_tiny")
@@ -258,9 +273,9 @@ models, zoo, refusals = {}, {}, {}
 for name in ON_THE_PAGE:
     models[name] = get_model(name)
     graph = export_module(models[name], example_inputs(2, shape=input_shape(name)))
-    zoo[name] = {"XNNPACK": coverage(graph, xnnpack_quantizer())}
+    zoo[name] = {"XNNPACK": coverage(graph, xnnpack_quantizer(), every_op=True)}
     try:
-        zoo[name]["x86"] = coverage(graph, x86_quantizer())
+        zoo[name]["x86"] = coverage(graph, x86_quantizer(), every_op=True)
     except ValueError as error:
         refusals[name] = str(error)
 
@@ -290,7 +305,8 @@ for name, reports in zoo.items():
         if squeeze_excitations:
             expected_mul = squeeze_excitations if label == "XNNPACK" else 0
             assert counts["mul"] == (expected_mul, squeeze_excitations), (name, label)
-    assert all(i == n for k, (i, n) in reports["XNNPACK"].counts().items() if k != "attention")
+    on_xnnpack = compute_counts(reports["XNNPACK"])
+    assert all(i == n for k, (i, n) in on_xnnpack.items() if k != "attention")
 
 # %%
 # x86 拒絕 ResNet18，原因與步驟 1 相同：torchvision 的 ``BasicBlock`` 把它的 ``self.relu``
@@ -308,8 +324,53 @@ resnet_args = example_inputs(2, shape=input_shape("resnet18"))
 resnet = torch.export.export(models["resnet18"], resnet_args, strict=True).module()
 resnet_x86 = coverage(resnet, x86_quantizer())
 print(resnet_x86.summary())
-assert resnet_x86.counts() == zoo["resnet18"]["XNNPACK"].counts()
+assert resnet_x86.counts() == compute_counts(zoo["resnet18"]["XNNPACK"])
 assert all(i == n for i, n in resnet_x86.counts().values())
+
+# %%
+# 步驟 6 — 每一個運算，不只計算運算
+# ---------------------------------
+# 步驟 5 的報告涵蓋每一個對張量數值做運算的 op（ ``every_op=True`` ）：活化函式、pooling、
+# norm、reduction，以及只搬移數值的 layout 運算也在內。這樣的運算若在它前面的 int8 conv 或
+# linear 裡執行（例如 conv 後面的 ReLU），就是 ``int8 融合`` ；若以輸入的 scale 讀寫 int8
+# （例如 max-pool），就是 ``int8 共用`` ；此外還有 ``int8 靜態`` ，或是 ``浮點數`` 並附上
+# quantizer 的規則。 ``grouped`` 讓大模型的報告保持簡短：每個運算、狀態與原因一列。以下是每份
+# 報告裡的浮點運算，不列 layout 運算（ ``with_layout=False`` ）：
+
+for name, reports in zoo.items():
+    for label, report in reports.items():
+        floats = [op for op in report.ops if not op.int8 and op.kind not in MOVING_KINDS]
+        print(f"{name}，{label}：{len(floats)} 個浮點數")
+        if floats:
+            print(report.grouped(only="float", with_layout=False))
+
+# %%
+# XNNPACK 把 MobileNetV3 的 hardswish 與 hardsigmoid，以及 ViT 的 GELU 與 LayerNorm 留在
+# 浮點數：它沒有任何模式涵蓋這些運算。x86 把 hardswish 融合進它前面的 conv、把 GELU 融合進
+# 它前面的 linear，而把 hardsigmoid gate、LayerNorm，以及分類器 linear 之後的那一個 hardswish
+# 留在浮點數（x86 只把 hardswish 融合進 conv）。在兩者之下，每個 ReLU 都融合執行或讓 int8
+# 直接穿過，每個 max-pool 都沿用輸入的 scale。
+
+v3, vit = zoo["mobilenet_v3_small"], zoo["vit_tiny"]
+
+
+def modules(name, kind):
+    return sum(isinstance(m, kind) for m in models[name].modules())
+
+
+hardswishes, gelus = modules("mobilenet_v3_small", nn.Hardswish), modules("vit_tiny", nn.GELU)
+for label in ("x86", "XNNPACK"):
+    gates = modules("mobilenet_v3_small", nn.Hardsigmoid)
+    assert v3[label].statuses("hardsigmoid") == {"float": gates}
+    assert vit[label].statuses("layer_norm") == {"float": modules("vit_tiny", nn.LayerNorm)}
+assert v3["XNNPACK"].statuses("hardswish_") == {"float": hardswishes}
+assert v3["x86"].statuses("hardswish_") == {"int8 fused": hardswishes - 1, "float": 1}
+assert vit["x86"].statuses("gelu") == {"int8 fused": gelus}
+assert vit["XNNPACK"].statuses("gelu") == {"float": gelus}
+for reports in zoo.values():
+    for report in reports.values():
+        for op in ("relu", "relu_", "max_pool2d"):
+            assert set(report.statuses(op)) <= {"int8 fused", "int8 shared"}, (report.label, op)
 
 # %%
 # 步驟 6 — ExecuTorch 的 QuantizerReporter
@@ -338,15 +399,24 @@ assert not any(hasattr(q, "get_quantizer_info") for q in (x86_quantizer(), xnnpa
 # 小結
 # ----
 # ==================================  ========================  ===========================
-# 計算運算                            x86                       XNNPACK
+# 運算                                x86                       XNNPACK
 # ==================================  ========================  ===========================
 # conv、depthwise conv、1×1 conv      int8                      int8
 # 就地的殘差 ``add_``                 int8，與 conv 融合        int8，獨立的運算
 # squeeze-excitation 的 ``mul``       浮點數：形狀不同          int8
 # MHA 的 linear                       浮點數：不是 nn.Linear    int8（依運算比對）
-# attention 之後的殘差 add            浮點數：前面沒有可融合的  int8
+# encoder 的殘差 add                  浮點數：中間夾著 dropout  int8
 # ``scaled_dot_product_attention``    浮點數                    浮點數
+# conv 之後的 ReLU                    int8，與 conv 融合        int8，與 conv 融合
+# max-pool                            int8，沿用 scale          int8，沿用 scale
+# conv 之後的 hardswish               int8，與 conv 融合        浮點數：沒有模式
+# linear 之後的 GELU                  int8，與 linear 融合      浮點數：沒有模式
+# hardsigmoid、LayerNorm              浮點數                    浮點數
 # ==================================  ========================  ===========================
+#
+# ``coverage(..., every_op=True)`` 報告每一個運算， ``grouped`` 把同一個運算、同一個原因
+# 收成一列。每個運算在本課程的每個 quantizer 下變成什麼、接著由哪個 kernel 執行，見運算圖鑑：
+# :ref:`M07-4 · 運算圖鑑 <sphx_glr_lessons_m07_your_model_m07_4_op_atlas.py>`。
 #
 # 在 non-strict 匯出的圖上，一個在好幾個地方被呼叫的模組，會讓 x86 在這一切之前就停下來：
 # 用 ``strict=True`` 匯出，或讓每次呼叫各用一個模組。torchvision 的 ResNet 正是這樣的模型

@@ -2,6 +2,7 @@
 a timing is measured once by while the site is built."""
 
 import itertools
+import time
 from pathlib import Path
 
 import pytest
@@ -20,14 +21,21 @@ def tiny_conv_net() -> torch.nn.Module:
     ).eval()
 
 
-def test_compare_speed_interleaves_rounds_in_a_rotating_order():
+def test_compare_speed_interleaves_rounds_each_model_after_the_same_other():
     calls = []
     models = {label: (lambda x, label=label: calls.append(label)) for label in "abc"}
     timings = compare_speed(models, (None,), rounds=5, warmup=1)
-    rounds = [calls[i : i + 3] for i in range(0, len(calls), 3)]
-    assert len(rounds) == 6 and all(sorted(r) == ["a", "b", "c"] for r in rounds)
-    assert [r[0] for r in rounds] == ["a", "b", "c", "a", "b", "c"], "each model leads in turn"
+    assert calls == list("abc") * 6, "one call each per round, never a model after itself"
     assert all(timings[label].rounds == 5 for label in "abc"), "warm-up rounds are not timed"
+
+
+def test_one_thread_times_cpu_time_so_a_neighbours_slices_do_not_count():
+    """On one thread a call's time is the process's CPU time: a call that waited for the core
+    (here: slept) costs what it computed."""
+    timings = compare_speed({"sleeps": lambda x: time.sleep(0.02)}, (0,), rounds=5, threads=1)
+    assert timings["sleeps"].median < 5, "the 20 ms asleep are not counted"
+    walled = compare_speed({"sleeps": lambda x: time.sleep(0.02)}, (0,), rounds=5, threads=2)
+    assert walled["sleeps"].median >= 20, "more threads: wall time"
 
 
 def test_compare_speed_times_on_its_threads_and_restores_the_callers():

@@ -20,7 +20,7 @@ from common.cpu import describe
 from common.lesson import cached_path, digest
 from common.timing import timing_threads
 
-__all__ = ["compiled_package", "kernel_calls", "package_key"]
+__all__ = ["compiled_package", "kernel_calls", "kernels_ran", "package_key"]
 
 
 def package_key(program: torch.export.ExportedProgram) -> str:
@@ -38,10 +38,18 @@ def package_key(program: torch.export.ExportedProgram) -> str:
     inputs = set(program.graph_signature.user_inputs)
     shapes = [tuple(n.meta["val"].shape) for n in program.graph.nodes if n.name in inputs]
     code = program.graph_module.code
-    return digest(code, tensors, shapes, describe().kernel_path, timing_threads())
+    # a dynamic dimension's range (a Dim's min and max); nothing for a static program
+    ranges = [sorted(map(str, program.range_constraints.items()))] * bool(program.range_constraints)
+    return digest(code, tensors, shapes, *ranges, describe().kernel_path, timing_threads())
 
 
-def compiled_package(program: torch.export.ExportedProgram, name: str) -> Path:
+def compiled_package(
+    program: torch.export.ExportedProgram,
+    name: str,
+    *,
+    freezing: bool = True,
+    kernel_profile: bool = False,
+) -> Path:
     """The AOTInductor package of ``program``, compiled with freezing unless already cached.
 
     Compiled at ``timing_threads()`` threads, so that it can be timed beside other models
@@ -50,10 +58,15 @@ def compiled_package(program: torch.export.ExportedProgram, name: str) -> Path:
     Args:
         program: what to compile (``torch.export.export`` of a float or converted model).
         name: the start of the file name, e.g. ``"encoder_fp32"``.
+        freezing: compile with freezing (inductor's int8 fusions need it; ``False`` shows
+            the float fallback of pytorch/ao#4566).
+        kernel_profile: wrap each kernel call in a profiler record
+            (``cpp.enable_kernel_profile``), so that :func:`kernels_ran` sees it.
 
     Returns:
         Path: the ``.pt2`` file, ``<cache>/aoti/<name>-<package_key(program)>.pt2``
-        (``common.lesson.cached_path``).
+        (``common.lesson.cached_path``; ``-nofreezing`` / ``-profiled`` after the name when
+        asked).
 
     Raises:
         TypeError: if ``program`` is not an ``ExportedProgram``; the message says how to get
@@ -75,13 +88,18 @@ def compiled_package(program: torch.export.ExportedProgram, name: str) -> Path:
                 torch._inductor.aoti_compile_and_package(
                     program,
                     package_path=str(path),
-                    inductor_configs={"freezing": True, "compile_threads": 1},
+                    inductor_configs={
+                        "freezing": freezing,
+                        "compile_threads": 1,
+                        "cpp.enable_kernel_profile": kernel_profile,
+                    },
                 )
         finally:
             torch.set_num_threads(threads)
 
     # Locked: the other language's build may be compiling it too.
-    return cached_path("aoti", f"{name}-{package_key(program)}.pt2", compile_to)
+    options = "-nofreezing" * (not freezing) + "-profiled" * kernel_profile
+    return cached_path("aoti", f"{name}{options}-{package_key(program)}.pt2", compile_to)
 
 
 def kernel_calls(package: Path) -> Counter:
@@ -94,4 +112,28 @@ def kernel_calls(package: Path) -> Counter:
         source = "".join(
             archive.read(n).decode() for n in archive.namelist() if n.endswith("wrapper.cpp")
         )
-    return Counter(re.findall(r"aoti_torch_cpu_+(\w+?)(?:_tensor)?\(", source))
+    return Counter(re.findall(r"(?<!\w)aoti_torch_cpu_+(\w+?)(?:_tensor)?\(", source))
+
+
+def kernels_ran(runner, args: tuple) -> Counter:
+    """The kernels one call of a loaded package ran, by name, with counts, from the profiler.
+
+    Needs a package compiled with ``kernel_profile=True``: its generated C++ then records each
+    kernel call (``aoti_torch_cpu__qconv_pointwise_tensor``...) for ``torch.profiler``. Named
+    as :func:`kernel_calls` names them: ``qconv_pointwise``, ``addmm_out``, ``convolution``.
+
+    Args:
+        runner: what ``torch._inductor.aoti_load_package`` returned.
+        args: its positional inputs.
+
+    Returns:
+        Counter: kernel name -> calls in that one call; empty for a package compiled without
+        ``kernel_profile=True``.
+    """
+    from common.kernels import native_stderr_silenced
+
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    with native_stderr_silenced(), torch.profiler.profile(activities=activities) as profile:
+        runner(*args)
+    names = [re.fullmatch(r"aoti_torch_cpu_+(\w+?)(?:_tensor)?", e.name) for e in profile.events()]
+    return Counter(found[1] for found in names if found)

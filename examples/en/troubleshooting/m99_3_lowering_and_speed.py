@@ -29,12 +29,15 @@ import torch.nn.functional as F
 from torch import nn
 from torch._dynamo.utils import counters
 from torch._inductor import config as inductor_config
+from torch.export import Dim
 
+from common.aoti import compiled_package, kernels_ran
 from common.data import digits, export_digits_model, train_digits_cnn
 from common.expect import expect_error
 from common.kernels import kernels_run
 from common.lowering import reshape_views
 from common.models import example_inputs, get_model
+from common.numerics import sqnr
 from common.pt2e import export_module, quiet, x86_quantizer
 from common.timing import compare_speed, race, timing_threads
 from common.viz import draw
@@ -209,6 +212,72 @@ with torch.no_grad():
     assert steady(images[:37]).shape == (37, 10), "static code for one more batch size"
 inductor_config.freezing = False
 torch.set_num_threads(threads)
+
+# %%
+# An AOTInductor package runs float convs (compiled without freezing)
+# -------------------------------------------------------------------
+# ``aoti_compile_and_package`` compiles the converted model without an error, the package
+# loads and its outputs are right, and it runs no int8 kernel: its convs are float ones, and
+# nothing says so (pytorch/ao#4566, open). Compiled with ``kernel_profile=True``, the loaded
+# package shows the kernels it ran under the profiler (``common.aoti.kernels_ran``):
+
+program = torch.export.export(narrow, (images[:8],))
+plain = compiled_package(program, "digits_int8_no_freezing", freezing=False, kernel_profile=True)
+ran_plain = kernels_ran(torch._inductor.aoti_load_package(str(plain)), (images[:8],))
+print(dict(ran_plain))
+assert "convolution" in ran_plain and not any(k.startswith("q") for k in ran_plain), (
+    "float convs, no int8"
+)
+
+# %%
+# **Cause**: the passes that fuse dq → conv → q into oneDNN's int8 kernels are freezing
+# passes: they need the weights as constants to prepack them. Without freezing, the weights
+# are inputs of the compiled code, and the q/dq pattern is written as dequantizing arithmetic
+# and a float conv, as in ``torch.compile`` without freezing (M03-3).
+#
+# **Fix**: compile with ``inductor_configs={"freezing": True}`` (``compiled_package``'s
+# default), and check with the profiler that the loaded package runs ``qconv_pointwise``.
+# Explained in :ref:`M03-4 · Shipping an int8 model
+# <sphx_glr_lessons_m03_lowering_m03_4_shipping.py>`.
+
+frozen = compiled_package(program, "digits_int8_frozen", kernel_profile=True)
+ran_frozen = kernels_ran(torch._inductor.aoti_load_package(str(frozen)), (images[:8],))
+print(dict(ran_frozen))
+assert ran_frozen["qconv_pointwise"] and "convolution" not in ran_frozen, "int8 convs, no float"
+
+# %%
+# An AOTInductor package with a dynamic batch gives wrong outputs
+# ---------------------------------------------------------------
+# The converted model, exported with a dynamic batch and compiled with freezing, runs int8
+# kernels (the profiler shows them), and its outputs are noise: an SQNR near 0 dB against the
+# q/dq model, and no error.
+
+up_to_8 = ({0: Dim("batch", min=1, max=8)},)
+dynamic_program = torch.export.export(narrow, (images[:8],), dynamic_shapes=up_to_8)
+dynamic_package = compiled_package(dynamic_program, "digits_int8_batch_1_8", kernel_profile=True)
+noisy = torch._inductor.aoti_load_package(str(dynamic_package))
+noise = sqnr(narrow(images[:5]), noisy(images[:5])).item()
+print(f"{dict(kernels_ran(noisy, (images[:5],)))}; SQNR {noise:.1f} dB")
+assert noise < 10 and kernels_ran(noisy, (images[:5],))["qconv_pointwise"], (
+    "int8 kernels, wrong numbers"
+)
+
+# %%
+# **Cause**: the int8 conv with a symbolic batch again. The code ``torch.compile`` generates
+# checks the conv output's strides and stops (the stride entry above); the AOTInductor
+# package's code has no such check and computes on (torch 2.13, torchao 0.18; not isolated
+# further).
+#
+# **Fix**: a static package per batch size, or one for the largest batch with smaller batches
+# padded with zeros (each sample is computed on its own). Explained in
+# :ref:`M06-4 · Shapes that change <sphx_glr_lessons_m06_executorch_m06_4_shapes_that_change.py>`.
+
+static_runner = torch._inductor.aoti_load_package(str(frozen))  # the batch-8 package above
+filler = images[:3].new_zeros(3, *images.shape[1:])
+padded = static_runner(torch.cat([images[:5], filler]))[:5]
+padded_sqnr = sqnr(narrow(images[:5]), padded).item()
+print(f"batch 5 padded to 8: SQNR {padded_sqnr:.1f} dB")
+assert padded_sqnr > 30, "the q/dq model's numbers"
 
 # %%
 # RuntimeError: view size is not compatible with input tensor\'s size and stride

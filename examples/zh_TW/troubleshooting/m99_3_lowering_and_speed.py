@@ -28,12 +28,15 @@ import torch.nn.functional as F
 from torch import nn
 from torch._dynamo.utils import counters
 from torch._inductor import config as inductor_config
+from torch.export import Dim
 
+from common.aoti import compiled_package, kernels_ran
 from common.data import digits, export_digits_model, train_digits_cnn
 from common.expect import expect_error
 from common.kernels import kernels_run
 from common.lowering import reshape_views
 from common.models import example_inputs, get_model
+from common.numerics import sqnr
 from common.pt2e import export_module, quiet, x86_quantizer
 from common.timing import compare_speed, race, timing_threads
 from common.viz import draw
@@ -204,6 +207,66 @@ with torch.no_grad():
     assert steady(images[:37]).shape == (37, 10), "再多一個批次大小，也有它自己的靜態程式碼"
 inductor_config.freezing = False
 torch.set_num_threads(threads)
+
+# %%
+# AOTInductor 封裝檔執行的是 float conv（編譯時沒有 freezing）
+# -----------------------------------------------------------
+# ``aoti_compile_and_package`` 編譯 convert 之後的模型時沒有任何錯誤，封裝檔能載入、輸出也
+# 正確，卻沒有執行任何 int8 kernel：它的 conv 是 float 的，而且不會有任何提示
+# （pytorch/ao#4566，仍未關閉）。以 ``kernel_profile=True`` 編譯時，載入的封裝檔在 profiler
+# 下會列出它執行的 kernel（ ``common.aoti.kernels_ran`` ）：
+
+program = torch.export.export(narrow, (images[:8],))
+plain = compiled_package(program, "digits_int8_no_freezing", freezing=False, kernel_profile=True)
+ran_plain = kernels_ran(torch._inductor.aoti_load_package(str(plain)), (images[:8],))
+print(dict(ran_plain))
+assert "convolution" in ran_plain and not any(k.startswith("q") for k in ran_plain), (
+    "float conv，沒有 int8"
+)
+
+# %%
+# **原因**：inductor 把 dq → conv → q 融合成 oneDNN int8 kernel 的 pass 屬於 freezing：它要先
+# 把 weight 當成常數才能預先打包。沒有 freezing 時，weight 是編譯後程式碼的輸入，q/dq 樣式被
+# 寫成反量化的算術加上 float conv，和沒有 freezing 的 ``torch.compile`` 一樣（M03-3）。
+#
+# **修正**：編譯時設定 ``inductor_configs={"freezing": True}`` （ ``compiled_package`` 的預設），
+# 再以 profiler 確認載入的封裝檔執行的是 ``qconv_pointwise`` 。說明見
+# :ref:`M03-4 · 部署 int8 模型 <sphx_glr_lessons_m03_lowering_m03_4_shipping.py>`。
+
+frozen = compiled_package(program, "digits_int8_frozen", kernel_profile=True)
+ran_frozen = kernels_ran(torch._inductor.aoti_load_package(str(frozen)), (images[:8],))
+print(dict(ran_frozen))
+assert ran_frozen["qconv_pointwise"] and "convolution" not in ran_frozen, "int8 conv，沒有 float"
+
+# %%
+# 動態批次的 AOTInductor 封裝檔輸出錯誤
+# -------------------------------------
+# convert 之後的模型以動態批次匯出、以 freezing 編譯：封裝檔執行的是 int8 kernel（profiler
+# 看得到），輸出卻是雜訊：和 q/dq 模型相比 SQNR 接近 0 dB，而且沒有任何錯誤。
+
+up_to_8 = ({0: Dim("batch", min=1, max=8)},)
+dynamic_program = torch.export.export(narrow, (images[:8],), dynamic_shapes=up_to_8)
+dynamic_package = compiled_package(dynamic_program, "digits_int8_batch_1_8", kernel_profile=True)
+noisy = torch._inductor.aoti_load_package(str(dynamic_package))
+noise = sqnr(narrow(images[:5]), noisy(images[:5])).item()
+print(f"{dict(kernels_ran(noisy, (images[:5],)))}; SQNR {noise:.1f} dB")
+assert noise < 10 and kernels_ran(noisy, (images[:5],))["qconv_pointwise"], "int8 kernel，數值錯誤"
+
+# %%
+# **原因**：又是批次為符號時的 int8 conv。``torch.compile`` 產生的程式碼會檢查 conv 輸出的
+# stride 並停下（上面 stride 的條目）；AOTInductor 封裝檔的程式碼沒有這項檢查，就照樣算下去
+# （torch 2.13、torchao 0.18；沒有再深入追查）。
+#
+# **修正**：每種批次大小各編譯一個靜態封裝檔，或只為最大的批次編譯一個，較小的批次以 0 補齊
+# （每個樣本各自計算）。說明見
+# :ref:`M06-4 · 會變的形狀 <sphx_glr_lessons_m06_executorch_m06_4_shapes_that_change.py>`。
+
+static_runner = torch._inductor.aoti_load_package(str(frozen))  # 上面批次 8 的封裝檔
+filler = images[:3].new_zeros(3, *images.shape[1:])
+padded = static_runner(torch.cat([images[:5], filler]))[:5]
+padded_sqnr = sqnr(narrow(images[:5]), padded).item()
+print(f"批次 5 補齊到 8：SQNR {padded_sqnr:.1f} dB")
+assert padded_sqnr > 30, "q/dq 模型的數值"
 
 # %%
 # RuntimeError: view size is not compatible with input tensor\'s size and stride

@@ -36,6 +36,7 @@ measured <sphx_glr_lessons_m03_lowering_m03_3_speed_and_size.py>`.
 # quantization and matrix-product ops of a graph.
 
 import copy
+import dataclasses
 import warnings
 from collections import Counter
 
@@ -55,6 +56,7 @@ warnings.filterwarnings("ignore", message="To copy construct from a tensor", cat
 
 from torchao.quantization import (
     Int8DynamicActivationInt8WeightConfig,
+    Int8StaticActivationInt8WeightConfig,
     Int8WeightOnlyConfig,
     IntxWeightOnlyConfig,
     quantize_,
@@ -151,10 +153,15 @@ assert "aten._int_mm.default" not in ops(block_pt2e), "no int8 op before compili
 
 # %%
 # The two graphs speak different ops, and that decides where each can go. The x86 lowering
-# (M03) and ExecuTorch's XNNPACK partitioner (M06) read the ``quantized_decomposed`` q/dq ops
-# of PT2E; the ``torchao`` ops of ``quantize_`` are none of them, and ExecuTorch cannot emit
-# them (:ref:`Troubleshooting: ExecuTorch and XNNPACK
-# <sphx_glr_lessons_troubleshooting_m99_5_executorch_and_xnnpack.py>`).
+# (M03) reads the ``quantized_decomposed`` q/dq ops of PT2E, not the ``torchao`` ops of
+# ``quantize_`` (those, torchao's own inductor passes handle: Step 5). ExecuTorch's XNNPACK
+# partitioner (M06) reads both: PT2E's q/dq ops, and torchao's ``choose_qparams_affine``,
+# ``quantize_affine`` and ``dequantize_affine``, which it lowers right when the activations
+# are quantized at run time too, as ``Int8DynamicActivationIntxWeightConfig`` does. That
+# ``quantize_`` program runs on the ExecuTorch runtime in :ref:`Troubleshooting: ExecuTorch
+# and XNNPACK <sphx_glr_lessons_troubleshooting_m99_5_executorch_and_xnnpack.py>`, beside the
+# weight-only configs, which do not (no kernel without the partitioner; with it, the weights'
+# scales dropped).
 
 namespaces = {
     label: {n.target.namespace for n in gm.graph.nodes if hasattr(n.target, "namespace")}
@@ -228,7 +235,8 @@ assert (x86.weight.dtype, x86.input_activation.dtype) == (torch.int8, torch.uint
 # torchao's inductor passes rewrote the pattern, oneDNN's int8 linear (``kernels_run`` counts
 # both as int8; ``matmuls`` lists the matrix products by name). The weight-only model, frozen,
 # runs float kernels only: freezing folds the dequantization of its constant weights away,
-# and what is left is a float model with rounded weights.
+# and what is left is a float model with rounded weights, its weights fp32 again in memory:
+# weight-only saves no memory at run time once frozen on a CPU.
 
 
 def matmuls(model) -> dict:
@@ -278,21 +286,41 @@ assert ran[LABELS["weight_only"]].float and not ran[LABELS["weight_only"]].int8,
 print(timings.table())
 
 # %%
+# Static activations
+# ------------------
+# ``quantize_`` has a static int8 config too, ``Int8StaticActivationInt8WeightConfig``; but the
+# activations' scale is an argument you pass it (``act_quant_scale``, none by default), where
+# PT2E's observers measure it on calibration data (M01–M04). No observer comes with it: you
+# measure the scale yourself, which is why the lesson does not put it in the race.
+
+static = {f.name: f.default for f in dataclasses.fields(Int8StaticActivationInt8WeightConfig)}
+print({name: static[name] for name in ("act_quant_scale", "act_quant_zero_point")})
+assert static["act_quant_scale"] is None, "the activations' scale: the caller's to give"
+
+# %%
 # Summary
 # -------
-# ========================================  ===========================  ==========================
-# you want                                  ``quantize_``                PT2E
-# ========================================  ===========================  ==========================
-# an LLM's weights in int8 or fewer bits    yes: int8, int4 weight-only  int8 only (x86 quantizer)
-# int8 dynamic activations                  a scale per token            a scale per tensor
-# the eager module kept, no export          yes                          no: a new graph
-# q/dq ops that lowering and XNNPACK read   no: torchao's own ops        yes (M03, M06)
-# static int8 calibrated by observers       not measured here            yes (M01–M04)
-# a ``.pte`` for ExecuTorch                 does not emit (m99_5)        yes (M06)
-# ========================================  ===========================  ==========================
+# ================================  =================================  ======================
+# you want                          ``quantize_``                      PT2E
+# ================================  =================================  ======================
+# an LLM's weights in 8 or 4 bits   stored small, run as float on x86  8 bits only (x86)
+# int8 dynamic activations          a scale per token                  a scale per tensor
+# the eager module kept, no export  yes                                no: a new graph
+# q/dq ops the x86 lowering reads   no: torchao's own ops              yes (M03)
+# static int8 activations           you give the scale: no observers   observers (M01–M04)
+# a ``.pte`` for ExecuTorch         dynamic activations only (m99_5)   yes (M06)
+# ================================  =================================  ======================
 #
-# In short: LLM weight-only and low-bit quantization → ``quantize_``; static int8 graphs,
-# export, ExecuTorch → PT2E.
+# - Weight-only keeps the weights small where they are stored, not where an x86 CPU runs
+#   them: compiled with freezing they are folded back into fp32 constants (Step 5), and in
+#   eager each call dequantizes them (exercise 1).
+# - To ExecuTorch: ``quantize_`` with ``Int8DynamicActivationIntxWeightConfig`` (int8 dynamic
+#   activations, 4- or 8-bit weights) and ``XnnpackPartitioner``, ExecuTorch's own LLM recipe,
+#   lowers whole and runs; weight-only configs do not (m99_5).
+#
+# In short: low-bit weights for an LLM, the eager module kept → ``quantize_`` (and, to
+# ExecuTorch, its dynamic-activation recipe); static int8 graphs calibrated by observers, the
+# x86 lowering → PT2E.
 #
 # Exercises
 # ---------
@@ -306,19 +334,32 @@ print(timings.table())
 #          eager = matmuls(models["weight_only"])
 #          assert "aten::mm" in eager and "aten::_int_mm" not in eager, "float mm: dequantized"
 #
-# 2. Call the ``quantize_`` int8-dynamic model and the PT2E model on one sequence,
-#    ``tokens[0][:1]``, instead of the batch of 4. Predict: which of the two accepts it?
+# 2. Export the encoder with a dynamic batch before PT2E (``dynamic_shapes``, as
+#    ``common.data.export_digits_model`` does), and compile it and the ``quantize_``
+#    int8-dynamic model with ``torch.compile``'s default, ``dynamic=None``: a second batch size
+#    then recompiles with a dynamic batch, the case where m99_3's int8 convs fail. Predict: at
+#    batch 4, then at batch 1, which of the two runs int8 kernels only?
 #
 #    .. dropdown:: Solution
 #
 #       .. code-block:: python
 #
-#          from common.expect import expect_error
-#
+#          batch = torch.export.Dim("batch")
+#          program = torch.export.export(encoder, tokens, dynamic_shapes=({0: batch},))
+#          config = get_default_x86_inductor_quantization_config(is_dynamic=True)
+#          prepared = prepare_pt2e(program.module(), X86InductorQuantizer().set_global(config))
 #          with torch.no_grad():
-#              assert models["dynamic"](tokens[0][:1]).shape == (1, 64, 256), "any batch"
-#              with expect_error(AssertionError, match="Guard failed"):
-#                  models["pt2e"](tokens[0][:1])  # exported for a batch of 4 (M00-1)
+#              prepared(*tokens)
+#          both = {"pt2e": convert_pt2e(prepared), "quantize_": models["dynamic"]}
+#          with torch.no_grad():
+#              for key, model in both.items():
+#                  default = torch.compile(model)  # dynamic=None
+#                  for n in (4, 1):
+#                      default(tokens[0][:n])  # batch 1 recompiles, with a dynamic batch
+#                      ran = kernels_run(default, (tokens[0][:n],))
+#                      assert ran.int8 and not ran.float, f"{key}, batch {n}: int8 only"
+#          # both, at both sizes: the int8 linears lower with a dynamic batch too;
+#          # what fails in m99_3 is the int8 conv's layout check
 #
 # Further reading
 # ---------------

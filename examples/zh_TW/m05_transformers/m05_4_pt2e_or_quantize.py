@@ -27,12 +27,13 @@ int8 weight，以及 PT2E 動態量化（ ``X86InductorQuantizer`` 搭配 ``is_d
 # %%
 # 準備
 # ----
-# 使用 M05-3 計時用的 encoder（四個 pre-norm 區塊，d_model 256，MLP 1024，隨機 weight），輸入是
+# 使用 M05-3 計時用的 encoder（四個 pre-norm block，d_model 256，MLP 1024，隨機 weight），輸入是
 # 4 × 64 個 token 的批次。 ``with_quantize_`` 用 torchao 的 config 量化模組的副本；
 # ``with_pt2e`` 匯出模組，用 x86 quantizer 的動態設定 prepare，執行一次（為了 weight 的
 # observer，見 M05-2）再 convert。 ``ops`` 計算圖裡量化運算與矩陣乘法運算的數量。
 
 import copy
+import dataclasses
 import warnings
 from collections import Counter
 
@@ -52,6 +53,7 @@ warnings.filterwarnings("ignore", message="To copy construct from a tensor", cat
 
 from torchao.quantization import (
     Int8DynamicActivationInt8WeightConfig,
+    Int8StaticActivationInt8WeightConfig,
     Int8WeightOnlyConfig,
     IntxWeightOnlyConfig,
     quantize_,
@@ -125,7 +127,7 @@ assert isinstance(models["pt2e"], torch.fx.GraphModule), "一張新的圖"
 # ``choose_qparams_affine`` 與 ``quantize_affine`` （一次一列），再進入 ``aten._int_mm``——真正的
 # int8 × int8 → int32 矩陣乘法，已經在圖裡。PT2E 的圖仍然是模擬：每個浮點數 ``linear`` 夾在
 # q/dq node 之間，要等 inductor 編譯時才變成 int8 kernel（M03）。下面兩張圖是各配方量化後的
-# 第一個區塊，量化運算以標示呈現。
+# 第一個 block，並醒目標示其中的量化運算。
 
 block = get_model("encoder").blocks[0]
 block_tokens = (tokens[0][:2],)
@@ -135,7 +137,7 @@ block_quantize_ = torch.export.export(
 print(f"quantize_，匯出後：{ops(block_quantize_)}")
 highlight = [n.name for n in block_quantize_.graph.nodes if "torchao" in str(n.target)]
 draw(block_quantize_, highlight=highlight, title="quantize_：torchao 的運算與 aten._int_mm")
-assert ops(block_quantize_)["aten._int_mm.default"] == 6, "q、k、v、out、fc1、fc2：每個區塊六個"
+assert ops(block_quantize_)["aten._int_mm.default"] == 6, "q、k、v、out、fc1、fc2：每個 block 六個"
 
 # %%
 
@@ -146,10 +148,16 @@ draw(block_pt2e, highlight=highlight, title="PT2E：浮點數 linear 前後的 q
 assert "aten._int_mm.default" not in ops(block_pt2e), "編譯前沒有 int8 運算"
 
 # %%
-# 兩張圖用的是不同的運算，這決定了它們各自能走到哪裡。x86 的 lowering（M03）與 ExecuTorch 的
-# XNNPACK partitioner（M06）讀的是 PT2E 的 ``quantized_decomposed`` q/dq 運算； ``quantize_`` 的
-# ``torchao`` 運算不在其中，ExecuTorch 也無法輸出它們（見 :ref:`疑難排解：ExecuTorch 與 XNNPACK
-# <sphx_glr_lessons_troubleshooting_m99_5_executorch_and_xnnpack.py>`）。
+# 兩張圖用的是不同的運算，這決定了它們各自能走到哪裡。x86 的 lowering（M03）讀的是 PT2E 的
+# ``quantized_decomposed`` q/dq 運算，不讀 ``quantize_`` 的 ``torchao`` 運算（那些由 torchao
+# 自己的 inductor pass 處理，見步驟 5）。ExecuTorch 的 XNNPACK partitioner（M06）兩種都讀：
+# PT2E 的 q/dq 運算，以及 torchao 的 ``choose_qparams_affine`` 、 ``quantize_affine`` 與
+# ``dequantize_affine`` ；活化值也在執行時量化時，它才能正確下放這些運算，就像
+# ``Int8DynamicActivationIntxWeightConfig`` 那樣。這種 ``quantize_`` 程式在
+# :ref:`疑難排解：ExecuTorch 與 XNNPACK
+# <sphx_glr_lessons_troubleshooting_m99_5_executorch_and_xnnpack.py>` 裡實際在 ExecuTorch 的
+# 執行環境上執行；只量化 weight 的 config 則不行，也在同一頁（沒有 partitioner 就沒有 kernel；
+# 有 partitioner，weight 的 scale 又被丟掉）。
 
 namespaces = {
     label: {n.target.namespace for n in gm.graph.nodes if hasattr(n.target, "namespace")}
@@ -199,7 +207,9 @@ weight4 = int4.blocks[0].fc1.weight
 with torch.no_grad():
     errors["int4"] = sqnr(reference, int4(*tokens)).item()
 x86 = get_default_x86_inductor_quantization_config()
-print(f"quantize_ int4 只量化 weight：{errors['int4']:.1f} dB，區塊 {tuple(weight4.block_size)}")
+print(
+    f"quantize_ int4 只量化 weight：{errors['int4']:.1f} dB，block_size {tuple(weight4.block_size)}"
+)
 print(f"x86 quantizer：weight {x86.weight.dtype}，活化值 {x86.input_activation.dtype}")
 assert tuple(weight4.block_size) == (1, 256), "每列一個 scale"
 assert 20 < errors["int4"] < errors["weight_only"], "4 位元：誤差比 8 位元大"
@@ -218,7 +228,8 @@ assert (x86.weight.dtype, x86.input_activation.dtype) == (torch.int8, torch.uint
 # 只執行 int8 kernel，分成兩種：ATen 的 ``aten::_int_mm`` ，以及 torchao 的 inductor pass 改寫過
 # 的地方所用的 oneDNN int8 linear（ ``kernels_run`` 把兩種都算成 int8； ``matmuls`` 依名稱
 # 列出每個矩陣乘法）。只量化 weight 的模型經過 freezing 之後只執行浮點數 kernel：freezing 把常數
-# weight 的 dequantize 折疊掉了，剩下的是一個 weight 經過捨入的浮點數模型。
+# weight 的 dequantize 折疊掉了，剩下的是一個 weight 經過捨入的浮點數模型，記憶體裡的 weight
+# 又是 fp32：在 CPU 上經過 freezing 之後，只量化 weight 在執行時並不省記憶體。
 
 
 def matmuls(model) -> dict:
@@ -268,25 +279,42 @@ assert ran[LABELS["weight_only"]].float and not ran[LABELS["weight_only"]].int8,
 print(timings.table())
 
 # %%
+# 靜態活化值
+# ----------
+# ``quantize_`` 也有靜態 int8 的 config： ``Int8StaticActivationInt8WeightConfig`` 。但活化值的
+# scale 是你傳給它的引數（ ``act_quant_scale`` ，預設為 None），而 PT2E 是由 observer 在校準
+# 資料上量出來（M01–M04）。它不附帶 observer：scale 要你自己量，所以本課沒有把它放進速度比較。
+
+static = {f.name: f.default for f in dataclasses.fields(Int8StaticActivationInt8WeightConfig)}
+print({name: static[name] for name in ("act_quant_scale", "act_quant_zero_point")})
+assert static["act_quant_scale"] is None, "活化值的 scale：由呼叫者提供"
+
+# %%
 # 小結
 # ----
-# =================================  =========================  ==========================
-# 你要的是                           ``quantize_``              PT2E
-# =================================  =========================  ==========================
-# LLM 的 weight 用 int8 或更少位元   int8、int4，只量化 weight  只有 int8（x86 quantizer）
-# int8 動態活化值                    每個 token 一個 scale      每個張量一個 scale
-# 保留 eager 模組，不匯出            可以                       不行：得到新的圖
-# lowering 與 XNNPACK 讀得懂的 q/dq  沒有：torchao 自己的運算   有（M03、M06）
-# 用 observer 校準的靜態 int8        本課沒有量測               可以（M01–M04）
-# 給 ExecuTorch 的 ``.pte``          無法輸出（m99_5）          可以（M06）
-# =================================  =========================  ==========================
+# =================================  =================================  ==========================
+# 你要的是                           ``quantize_``                      PT2E
+# =================================  =================================  ==========================
+# LLM 的 weight 用 8 或 4 位元       儲存時小，在 x86 上以浮點數執行    只有 8 位元（x86）
+# int8 動態活化值                    每個 token 一個 scale              每個張量一個 scale
+# 保留 eager 模組，不匯出            可以                               不行：得到新的圖
+# x86 lowering 讀得懂的 q/dq         沒有：torchao 自己的運算           有（M03）
+# 靜態 int8 活化值                   scale 由你提供，沒有 observer      observer（M01–M04）
+# 給 ExecuTorch 的 ``.pte``          只有動態活化值的做法（m99_5）      可以（M06）
+# =================================  =================================  ==========================
 #
-# 簡單說：LLM 的只量化 weight 與低位元量化 → ``quantize_`` ；靜態 int8 的計算圖、匯出、
-# ExecuTorch → PT2E。
+# - 只量化 weight 讓 weight 在儲存時變小，在 x86 CPU 上執行時則不然：搭配 freezing 編譯，它們會
+#   折疊回 fp32 常數（步驟 5）；在 eager 模式下，每次呼叫都要先 dequantize（練習 1）。
+# - 要給 ExecuTorch：用 ``quantize_`` 搭配 ``Int8DynamicActivationIntxWeightConfig`` （int8
+#   動態活化值，4 或 8 位元的 weight）與 ``XnnpackPartitioner`` ，這是 ExecuTorch 自己的 LLM
+#   做法，能整個下放並執行；只量化 weight 的 config 則不行（m99_5）。
+#
+# 簡單說：LLM 的低位元 weight、保留 eager 模組 → ``quantize_`` （要給 ExecuTorch，就用它的動態
+# 活化值做法）；用 observer 校準的靜態 int8 計算圖、x86 lowering → PT2E。
 #
 # 練習
 # ----
-# 1. 不編譯，直接執行只量化 weight 的 ``quantize_`` 模型。預測：eager 模式下它會執行 int8 矩陣
+# 1. 「不」編譯，直接執行只量化 weight 的 ``quantize_`` 模型。預測：eager 模式下它會執行 int8 矩陣
 #    乘法嗎？
 #
 #    .. dropdown:: 解答
@@ -296,19 +324,32 @@ print(timings.table())
 #          eager = matmuls(models["weight_only"])
 #          assert "aten::mm" in eager and "aten::_int_mm" not in eager, "浮點數 mm：先 dequantize"
 #
-# 2. 用單一序列 ``tokens[0][:1]`` 取代 4 個序列的批次，分別呼叫 ``quantize_`` 的 int8 動態模型與
-#    PT2E 模型。預測：兩者之中哪一個接受它？
+# 2. 在 PT2E 之前，以動態批次匯出 encoder（ ``dynamic_shapes`` ，和
+#    ``common.data.export_digits_model`` 的做法一樣），再用 ``torch.compile`` 的預設值
+#    ``dynamic=None`` 編譯它和 ``quantize_`` 的 int8 動態模型：換成第二種批次大小時，會以動態
+#    批次重新編譯，也就是 m99_3 裡 int8 conv 失敗的情況。預測：先用批次 4、再用批次 1，兩者之中
+#    哪一個只執行 int8 kernel？
 #
 #    .. dropdown:: 解答
 #
 #       .. code-block:: python
 #
-#          from common.expect import expect_error
-#
+#          batch = torch.export.Dim("batch")
+#          program = torch.export.export(encoder, tokens, dynamic_shapes=({0: batch},))
+#          config = get_default_x86_inductor_quantization_config(is_dynamic=True)
+#          prepared = prepare_pt2e(program.module(), X86InductorQuantizer().set_global(config))
 #          with torch.no_grad():
-#              assert models["dynamic"](tokens[0][:1]).shape == (1, 64, 256), "任何批次大小都行"
-#              with expect_error(AssertionError, match="Guard failed"):
-#                  models["pt2e"](tokens[0][:1])  # 以 4 個序列的批次匯出（M00-1）
+#              prepared(*tokens)
+#          both = {"pt2e": convert_pt2e(prepared), "quantize_": models["dynamic"]}
+#          with torch.no_grad():
+#              for key, model in both.items():
+#                  default = torch.compile(model)  # dynamic=None
+#                  for n in (4, 1):
+#                      default(tokens[0][:n])  # 批次 1 會以動態批次重新編譯
+#                      ran = kernels_run(default, (tokens[0][:n],))
+#                      assert ran.int8 and not ran.float, f"{key}, 批次 {n}: 只有 int8"
+#          # 兩者都是，兩種批次大小都是：int8 linear 在動態批次下也能下放；
+#          # m99_3 裡失敗的是 int8 conv 的記憶體排列檢查
 #
 # 延伸閱讀
 # --------
@@ -320,4 +361,4 @@ print(timings.table())
 #
 # 下一課
 # ------
-# M06 把 PT2E 的圖帶到邊緣裝置，使用 ExecuTorch。
+# M06 用 ExecuTorch 把 PT2E 的圖帶到邊緣裝置。

@@ -38,6 +38,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
+from torch.export import Dim
 
 from common.expect import expect_error
 from common.pt2e import export_module, quiet
@@ -60,7 +61,7 @@ from torchao.quantization import (
 from torchao.quantization.granularity import PerGroup
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-from common.edge import delegated
+from common.edge import delegated, load_check, operators_run, to_executorch
 
 qd = torch.ops.quantized_decomposed
 
@@ -277,6 +278,16 @@ print(f"scale in {scales[0]:.5f}, scale out {scales[1]:.5f}")
 assert scales[0] != scales[1], "the transpose's input and output qparams differ"
 
 # %%
+# Which op, in a larger program? ``common.edge.load_check`` loads a lowered program in a child
+# process and reads the runtime's log: XNNPACK names the node it could not build by its debug
+# handle, which ``load_check`` finds in the delegate's graph. Here the ``t`` node, which
+# ``to_edge`` wrote as ``permute_copy``:
+
+check = load_check(lowered(bad, rows))
+print(check)
+assert [r.op for r in check.refused] == ["permute_copy.default"], "the transpose"
+
+# %%
 # **Fix**: write the transpose as ``.transpose(0, 1)`` (or ``permute``), whose input and output
 # the quantizer shares; the program loads and runs. Shared specs are Step 2 of
 # :ref:`M06-1 · The XNNPACK quantizer
@@ -484,6 +495,282 @@ near = (calibrated(*x) - net(*x)).abs().max().item()
 print(f"largest output error: {far:.4f} uncalibrated, {near:.4f} calibrated")
 assert torch.allclose(scale, net.fc.weight.abs().amax(1) / 127), "max |w| / 127 per channel"
 assert near < far / 10, "ten times closer to the float model"
+
+# %%
+# RuntimeError: method->set_inputs() for method \'forward\' failed with error 0x10
+# -------------------------------------------------------------------------------
+# A ``.pte`` runs at the batch it was exported with and fails at another. Just before, the
+# runtime logs why: ``Attempted to resize a static tensor``, with the expected and received
+# shapes (reported as "Attempted to resize a static tensor to a new shape at dimension 0",
+# executorch#1350, #9749); for a program exported with a bounded ``Dim``, past its maximum,
+# ``Attempted to resize a bounded tensor with a maximum capacity of ... elements``.
+
+log = io.StringIO()
+with expect_error(RuntimeError, match="method->set_inputs() for method 'forward' failed"):
+    run(delegate.buffer, (torch.randn(3, 3, 8, 8),), log)
+resize = [line for line in log.getvalue().splitlines() if "Attempted to resize" in line]
+print(resize[0])
+assert "static tensor" in resize[0] and "(2, 3, 8, 8)" in resize[0], "planned for batch 2"
+
+# %%
+# **Cause**: ``torch.export`` fixes every dimension it is not told is dynamic, and ExecuTorch
+# plans each tensor's memory for those shapes ahead of time. The runtime will not grow a
+# planned tensor; ``0x10`` is ``InvalidArgument``. A dynamic dimension is planned for its
+# upper bound, and past it the same error comes with the "bounded tensor" line.
+#
+# **Fix**: export with the batch declared dynamic and bounded, ``Dim("batch", min=1,
+# max=N)``, on an example batch of at least 2, and pass the same ``dynamic_shapes`` on to the
+# ``.pte`` (``common.edge.to_executorch(..., dynamic_shapes=...)``). The model of
+# executorch#8539 (a ``Conv1d``, a ReLU, a ``Linear``), reported failing in
+# ``to_out_var_pass`` with a dynamic batch on an early 2025 stack, now lowers and runs at
+# batch 1 and 8 on the runtime. Explained in :ref:`M06-4 · Shapes that change
+# <sphx_glr_lessons_m06_executorch_m06_4_shapes_that_change.py>`.
+
+
+class Reported(nn.Module):  # executorch#8539's model
+    def __init__(self):
+        super().__init__()
+        self.conv, self.linear = nn.Conv1d(1, 3, 10), nn.Linear(645, 1000)
+
+    def forward(self, x):
+        return self.linear(torch.relu(self.conv(x)).flatten(1))
+
+
+torch.manual_seed(0)
+signals = (torch.randn(2, 1, 224),)
+up_to_8 = {"x": {0: Dim("batch", min=1, max=8)}}
+config = get_symmetric_quantization_config(is_per_channel=True)
+bounded = torch.export.export(Reported().eval(), signals, dynamic_shapes=up_to_8)
+prepared = prepare_pt2e(bounded.module(), XNNPACKQuantizer().set_global(config))
+for size in (1, 8):
+    prepared(torch.randn(size, 1, 224))
+reported = convert_pt2e(prepared)
+flexible = to_executorch(
+    reported, signals, partitioner=XnnpackPartitioner(), dynamic_shapes=up_to_8
+)
+for size in (1, 8):
+    batch = (torch.randn(size, 1, 224),)
+    error = (run(flexible.buffer, batch) - reported(*batch)).abs().max().item()
+    print(f"batch {size}: largest difference from the q/dq model {error:.4f}")
+    assert error < 0.05, "it runs at both ends of the range"
+
+# %%
+# The graph changed after to_executorch()
+# ---------------------------------------
+# Code lowers with ``to_edge_transform_and_lower``, calls ``.to_executorch()``, then reads
+# ``edge.exported_program()`` to list what stayed outside the delegates, and finds ops that
+# were never in the edge graph: ``.out`` variants and memory-planning ``alloc`` nodes.
+
+lowering = to_edge_transform_and_lower(
+    torch.export.export(qdq, x), partitioner=[XnnpackPartitioner()]
+)
+
+
+def portable_ops(program) -> list[str]:
+    calls = [n for n in program.graph.nodes if n.op == "call_function"]
+    return [str(n.target) for n in calls if "delegate" not in str(n.target)]
+
+
+before = portable_ops(lowering.exported_program())
+lowering.to_executorch()
+after = portable_ops(lowering.exported_program())
+print(f"before: {before}\nafter:  {after}")
+assert before != after, "the same program, rewritten"
+
+# %%
+# **Cause**: ``to_executorch()`` runs its passes (out variants, memory planning) on the
+# ``ExportedProgram`` that ``edge.exported_program()`` returns, in place, and returns a new
+# manager; the edge manager keeps pointing at the rewritten graph.
+#
+# **Fix**: read or copy (``copy.deepcopy``) the edge program before ``to_executorch()``; the
+# delegates themselves (``common.edge.delegated``) are the same either way. Lowering and the
+# edge graph are :ref:`M06-2 · Lowering to ExecuTorch
+# <sphx_glr_lessons_m06_executorch_m06_2_lowering_to_executorch.py>`.
+
+fresh = to_edge_transform_and_lower(torch.export.export(qdq, x), partitioner=[XnnpackPartitioner()])
+kept = copy.deepcopy(fresh.exported_program())
+fresh.to_executorch()
+assert portable_ops(kept) == before, "the copy is the edge graph"
+
+# %%
+# Failed to create static slice node: a quantized slice between two scales
+# -------------------------------------------------------------------------
+# Reported on executorch 1.4.0 (executorch#21829, #21831): a conv's output sliced in two
+# halves that are then added lowers, and the method fails to load, the log saying ``Failed to
+# create static slice node ... xnn_status_invalid_parameter``. It no longer reproduces on
+# executorch 1.5.1: each slice has one scale on both sides, and the program loads.
+
+
+class Halves(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+
+    def forward(self, x):
+        y = self.conv(x)
+        return y[:, :4] + y[:, 4:]
+
+
+torch.manual_seed(0)
+image = (torch.randn(1, 3, 32, 32),)
+halves = quantized(Halves().eval(), image)
+slices = halves.graph.find_nodes(op="call_function", target=torch.ops.aten.slice.Tensor)
+for node in slices:
+    scale_in, scale_out = node.args[0].args[1], next(iter(node.users)).args[1]
+    print(f"{node.name}: scale in {scale_in:.5f}, out {scale_out:.5f}")
+assert all(n.args[0].args[1] == next(iter(n.users)).args[1] for n in slices), "shared"
+
+# %%
+# **Cause** (on 1.4): ``XNNPACKQuantizer`` shares a scale across the ops that only move values
+# (``_is_share_obs_or_fq_op``), and its list named ``slice_copy``, the op after ``to_edge``,
+# but not ``aten.slice.Tensor``, which is what the quantizer sees; each slice was observed on
+# its own, and XNNPACK's static slice refuses two scales when the delegate is compiled, at
+# load time.
+#
+# **Fix**: executorch 1.5.1 includes executorch#21568 (``aten.slice.Tensor`` in the list) and
+# #21949 (the partitioner leaves a slice with two scales to the portable kernels). To find
+# which op a method that will not load refuses, on any release, ``common.edge.load_check``
+# loads it in a child process and names the node (the transpose entry above). Shared specs
+# are Step 2 of :ref:`M06-1 · The XNNPACK quantizer
+# <sphx_glr_lessons_m06_executorch_m06_1_xnnpack_quantizer.py>`.
+
+assert load_check(lowered(halves, image)).loads, "the program loads"
+
+# %%
+# Quantized Conv1d(padding=\'same\') gives wrong outputs on XNNPACK
+# -----------------------------------------------------------------
+# Reported on executorch 1.3 (executorch#20558), a silent failure: an int8 ``Conv1d`` with an
+# even kernel and ``padding='same'`` lowers and runs without an error, with wrong numbers.
+# It no longer happens on executorch 1.5.1: the ``.pte`` is within one output step of the
+# q/dq model.
+
+
+class Same1d(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(2, 4, kernel_size=4, padding="same")
+
+    def forward(self, x):
+        return self.conv(x)
+
+
+torch.manual_seed(0)
+signal = (torch.randn(1, 2, 16),)
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message="Using padding='same' with even kernel")
+    same1d = quantized(Same1d().eval(), signal)
+    same1d_program = lowered(same1d, signal)
+step = [n for n in same1d.graph.nodes if n.target == qd.quantize_per_tensor.default][-1].args[1]
+steps = ((run(same1d_program.buffer, signal) - same1d(*signal)).abs() / step).round().max()
+print(f"{steps:.0f} output steps from the q/dq model")
+assert steps <= 1, "the right numbers"
+
+# %%
+# **Cause** (on 1.3): an even kernel pads one side more than the other, which a conv's
+# padding field cannot say, so ``to_edge`` writes a ``constant_pad_nd`` before the conv; the
+# XNNPACK lowering of that pad and conv lost the asymmetric amounts.
+#
+# **Fix**: executorch 1.5.1 includes executorch#20734 (and #20553): the pad joins the conv's
+# delegate as a quantized static pad with the input's qparams. On an older release, use an
+# odd kernel, or pad explicitly with the amounts you mean. Checked here by the pad in the
+# delegate; what a partition takes is :ref:`M06-2 · Lowering to ExecuTorch
+# <sphx_glr_lessons_m06_executorch_m06_2_lowering_to_executorch.py>`.
+
+(inside,) = delegated(same1d_program.exported_program()).values()
+assert any("constant_pad_nd" in name for name in inside), "the pad runs inside the delegate"
+
+# %%
+# Unsupported: quantized nyi in meta tensors with fake tensor propagation.
+# ------------------------------------------------------------------------
+# ``torch._dynamo.exc.Unsupported: Unsupported: quantized nyi ...``, reported in February 2025
+# (executorch#8727) for a dynamically quantized model
+# (``is_dynamic=True``, per-tensor weights) exported with a dynamic sequence length. That
+# error no longer happens here: the pinned stack exports, prepares and converts the reported
+# configuration. Lowering it then stops at another error, the one of the first entry,
+# ``Missing out variants``, naming ``choose_qparams``:
+
+
+class Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+frames = (torch.randn(1, 20, 16),)
+any_length = {"x": {1: Dim("seq_len", min=1, max=1024)}}
+
+
+def dynamic_int8(per_channel: bool) -> torch.fx.GraphModule:
+    """``Encoder`` exported with a dynamic length, quantized dynamically as executorch#8727."""
+    settings = get_symmetric_quantization_config(is_per_channel=per_channel, is_dynamic=True)
+    program = torch.export.export(Encoder().eval(), frames, dynamic_shapes=any_length)
+    prepared = prepare_pt2e(program.module(), XNNPACKQuantizer().set_global(settings))
+    prepared(*frames)
+    return convert_pt2e(prepared)
+
+
+per_tensor = dynamic_int8(per_channel=False)
+with expect_error(RuntimeError, match="Missing out variants"):
+    to_executorch(per_tensor, frames, partitioner=XnnpackPartitioner(), dynamic_shapes=any_length)
+
+# %%
+# **Cause**: "quantized nyi" came from quantized tensors (``torch.qint8``, eager-mode
+# quantization) reaching the fake tensors of export; a PT2E graph holds plain int8 tensors
+# and q/dq ops, which fake tensors support. What is left is XNNPACK's rule: it delegates a
+# dynamically quantized linear only with per-channel weights, so with per-tensor weights the
+# ``choose_qparams`` and q/dq ops stay outside, with no kernel to run them.
+#
+# **Fix**: ``is_per_channel=True`` with ``is_dynamic=True``: the linear is delegated, and
+# ``operators_run`` shows XNNPACK's dynamically quantized GEMM (``QDU8``: int8 activations
+# quantized at run time) at two lengths. Dynamic quantization is
+# :ref:`M05-2 · Static vs dynamic int8
+# <sphx_glr_lessons_m05_transformers_m05_2_static_vs_dynamic.py>`.
+
+per_channel = dynamic_int8(per_channel=True)
+encoder_program = to_executorch(
+    per_channel, frames, partitioner=XnnpackPartitioner(), dynamic_shapes=any_length
+)
+for length in (5, 20):
+    operators = operators_run(encoder_program.buffer, [torch.randn(1, length, 16)])
+    print(f"length {length}: {operators.summary.splitlines()[0]}")
+    assert operators.int8 and not operators.portable, "the linear runs in XNNPACK, int8"
+
+# %%
+# Dynamic quantization: the .pte loads on the host, fails to load on the device
+# -----------------------------------------------------------------------------
+# Reported for a transformer quantized with ``is_dynamic=True`` (executorch#11355, open): the
+# ``.pte`` lowers, and ``load_method`` fails in the Android app. This page cannot run an
+# Android build. On this runtime the same kind of program loads and runs: an
+# ``nn.TransformerEncoderLayer`` with dynamically quantized linears.
+
+torch.manual_seed(0)
+layer = nn.TransformerEncoderLayer(32, 4, 64, batch_first=True).eval()
+tokens_in = (torch.randn(1, 10, 32),)
+dynamic_layer = quantized(layer, tokens_in, is_dynamic=True)
+layer_program = lowered(dynamic_layer, tokens_in)
+check = load_check(layer_program)
+print(f"load_check: {check}")
+assert check.loads, "it loads on this runtime"
+
+# %%
+# **Cause**: not reproduced on this page. XNNPACK compiles a delegate when the method loads,
+# in the runtime that loads it: what the host shows is that this release's runtime accepts
+# the program, here with ``QDU8`` GEMMs (int8 activations quantized at run time, the first
+# line below). A device runtime built from another ExecuTorch release, or with an XNNPACK
+# without those kernels, is another runtime.
+#
+# **Fix**: build the device runtime from the same ExecuTorch release as the package that
+# wrote the ``.pte``, with XNNPACK; check the program on the host with ``load_check`` and
+# ``operators_run`` (``common.edge``), and compare the device's log with the operators listed
+# here. Dynamic quantization is :ref:`M05-2 · Static vs dynamic int8
+# <sphx_glr_lessons_m05_transformers_m05_2_static_vs_dynamic.py>`.
+
+layer_operators = operators_run(layer_program.buffer, list(tokens_in))
+print(layer_operators.summary)
+assert any("QD" in op for op in layer_operators.int8), "dynamically quantized GEMMs"
 
 # %%
 # Next

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
+from torch.export import Dim
 
 from common.expect import expect_error
 from common.pt2e import export_module, quiet
@@ -58,7 +59,7 @@ from torchao.quantization import (
 from torchao.quantization.granularity import PerGroup
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-from common.edge import delegated
+from common.edge import delegated, load_check, operators_run, to_executorch
 
 qd = torch.ops.quantized_decomposed
 
@@ -271,6 +272,15 @@ print(f"輸入 scale {scales[0]:.5f}，輸出 scale {scales[1]:.5f}")
 assert scales[0] != scales[1], "轉置的輸入與輸出 qparams 不同"
 
 # %%
+# 程式大一點時，是哪個運算？``common.edge.load_check`` 在子行程裡載入下放後的程式，並讀取執行
+# 環境的紀錄：XNNPACK 以 debug handle 指出它建不起來的 node，``load_check`` 再到 delegate 的圖裡
+# 找出那個 node。這裡是 ``t`` node，``to_edge`` 把它寫成了 ``permute_copy`` ：
+
+check = load_check(lowered(bad, rows))
+print(check)
+assert [r.op for r in check.refused] == ["permute_copy.default"], "就是那個轉置"
+
+# %%
 # **修正**：把轉置寫成 ``.transpose(0, 1)`` （或 ``permute`` ），quantizer 會讓它的輸入與
 # 輸出共用 qparams，程式就能載入並執行。共用的 spec 見 :ref:`M06-1 · XNNPACK quantizer
 # <sphx_glr_lessons_m06_executorch_m06_1_xnnpack_quantizer.py>` 的步驟 2。
@@ -472,6 +482,273 @@ near = (calibrated(*x) - net(*x)).abs().max().item()
 print(f"最大輸出誤差：未校準 {far:.4f}，校準後 {near:.4f}")
 assert torch.allclose(scale, net.fc.weight.abs().amax(1) / 127), "每個通道 max |w| / 127"
 assert near < far / 10, "離浮點模型近了十倍"
+
+# %%
+# RuntimeError: method->set_inputs() for method \'forward\' failed with error 0x10
+# -------------------------------------------------------------------------------
+# ``.pte`` 在匯出時的批次大小下能執行，換一個批次就失敗。在這之前，執行環境的紀錄寫著原因：
+# ``Attempted to resize a static tensor`` ，附上預期與收到的形狀（回報時的訊息是「Attempted
+# to resize a static tensor to a new shape at dimension 0」，executorch#1350、#9749）；以有
+# 上限的 ``Dim`` 匯出的程式超過上限時，則是 ``Attempted to resize a bounded tensor with a
+# maximum capacity of ... elements`` 。
+
+log = io.StringIO()
+with expect_error(RuntimeError, match="method->set_inputs() for method 'forward' failed"):
+    run(delegate.buffer, (torch.randn(3, 3, 8, 8),), log)
+resize = [line for line in log.getvalue().splitlines() if "Attempted to resize" in line]
+print(resize[0])
+assert "static tensor" in resize[0] and "(2, 3, 8, 8)" in resize[0], "依批次 2 規劃"
+
+# %%
+# **原因**：``torch.export`` 會把沒有宣告為動態的每個維度固定下來，ExecuTorch 再依這些形狀
+# 事先規劃每個張量的記憶體。執行環境不會把規劃好的張量放大；``0x10`` 是 ``InvalidArgument`` 。
+# 動態維度依它的上限規劃，超過上限時同樣的錯誤伴隨「bounded tensor」那一行紀錄。
+#
+# **修正**：把批次宣告為有上限的動態維度 ``Dim("batch", min=1, max=N)`` ，用至少 2 的範例
+# 批次匯出，並把同一份 ``dynamic_shapes`` 傳給 ``.pte`` 的匯出
+# （ ``common.edge.to_executorch(..., dynamic_shapes=...)`` ）。executorch#8539 的模型（一個
+# ``Conv1d`` 、一個 ReLU、一個 ``Linear`` ）在 2025 年初的版本上以動態批次匯出時，於
+# ``to_out_var_pass`` 失敗；現在它能下放，並在執行環境上以批次 1 與 8 執行。說明見
+# :ref:`M06-4 · 會變的形狀 <sphx_glr_lessons_m06_executorch_m06_4_shapes_that_change.py>`。
+
+
+class Reported(nn.Module):  # executorch#8539 的模型
+    def __init__(self):
+        super().__init__()
+        self.conv, self.linear = nn.Conv1d(1, 3, 10), nn.Linear(645, 1000)
+
+    def forward(self, x):
+        return self.linear(torch.relu(self.conv(x)).flatten(1))
+
+
+torch.manual_seed(0)
+signals = (torch.randn(2, 1, 224),)
+up_to_8 = {"x": {0: Dim("batch", min=1, max=8)}}
+config = get_symmetric_quantization_config(is_per_channel=True)
+bounded = torch.export.export(Reported().eval(), signals, dynamic_shapes=up_to_8)
+prepared = prepare_pt2e(bounded.module(), XNNPACKQuantizer().set_global(config))
+for size in (1, 8):
+    prepared(torch.randn(size, 1, 224))
+reported = convert_pt2e(prepared)
+flexible = to_executorch(
+    reported, signals, partitioner=XnnpackPartitioner(), dynamic_shapes=up_to_8
+)
+for size in (1, 8):
+    batch = (torch.randn(size, 1, 224),)
+    error = (run(flexible.buffer, batch) - reported(*batch)).abs().max().item()
+    print(f"批次 {size}：與 q/dq 模型的最大差距 {error:.4f}")
+    assert error < 0.05, "範圍兩端都能執行"
+
+# %%
+# to_executorch() 之後，圖變了
+# ---------------------------------
+# 程式用 ``to_edge_transform_and_lower`` 下放、呼叫 ``.to_executorch()`` ，再讀
+# ``edge.exported_program()`` 列出留在 delegate 之外的運算，卻看到 edge 圖裡從來沒有的運算：
+# ``.out`` 變體與記憶體規劃的 ``alloc`` node。
+
+lowering = to_edge_transform_and_lower(
+    torch.export.export(qdq, x), partitioner=[XnnpackPartitioner()]
+)
+
+
+def portable_ops(program) -> list[str]:
+    calls = [n for n in program.graph.nodes if n.op == "call_function"]
+    return [str(n.target) for n in calls if "delegate" not in str(n.target)]
+
+
+before = portable_ops(lowering.exported_program())
+lowering.to_executorch()
+after = portable_ops(lowering.exported_program())
+print(f"之前：{before}\n之後：{after}")
+assert before != after, "同一個程式，被改寫了"
+
+# %%
+# **原因**：``to_executorch()`` 直接在 ``edge.exported_program()`` 傳回的 ``ExportedProgram``
+# 上執行它的 pass（out 變體、記憶體規劃），再傳回一個新的 manager；edge manager 指向的仍是
+# 被改寫過的圖。
+#
+# **修正**：在 ``to_executorch()`` 之前讀取或複製（ ``copy.deepcopy`` ）edge 程式；delegate
+# 本身（ ``common.edge.delegated`` ）兩種情況都一樣。下放與 edge 圖的說明見
+# :ref:`M06-2 · 下放到 ExecuTorch
+# <sphx_glr_lessons_m06_executorch_m06_2_lowering_to_executorch.py>`。
+
+fresh = to_edge_transform_and_lower(torch.export.export(qdq, x), partitioner=[XnnpackPartitioner()])
+kept = copy.deepcopy(fresh.exported_program())
+fresh.to_executorch()
+assert portable_ops(kept) == before, "複本就是 edge 圖"
+
+# %%
+# Failed to create static slice node：兩個 scale 之間的量化 slice
+# ---------------------------------------------------------------
+# 在 executorch 1.4.0 上回報（executorch#21829、#21831）：把 conv 的輸出切成兩半再相加，可以
+# 下放，method 卻載入失敗，紀錄寫著 ``Failed to create static slice node ...
+# xnn_status_invalid_parameter`` 。在 executorch 1.5.1 上已不再發生：每個 slice 兩側只有一個
+# scale，程式可以載入。
+
+
+class Halves(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+
+    def forward(self, x):
+        y = self.conv(x)
+        return y[:, :4] + y[:, 4:]
+
+
+torch.manual_seed(0)
+image = (torch.randn(1, 3, 32, 32),)
+halves = quantized(Halves().eval(), image)
+slices = halves.graph.find_nodes(op="call_function", target=torch.ops.aten.slice.Tensor)
+for node in slices:
+    scale_in, scale_out = node.args[0].args[1], next(iter(node.users)).args[1]
+    print(f"{node.name}：輸入 scale {scale_in:.5f}，輸出 {scale_out:.5f}")
+assert all(n.args[0].args[1] == next(iter(n.users)).args[1] for n in slices), "共用"
+
+# %%
+# **原因** （1.4 上）：``XNNPACKQuantizer`` 讓只搬動數值的運算共用一個 scale
+# （ ``_is_share_obs_or_fq_op`` ），它的清單列了 ``to_edge`` 之後的 ``slice_copy`` ，卻沒有
+# quantizer 實際看到的 ``aten.slice.Tensor`` ；每個 slice 因此各自觀測，而 XNNPACK 的 static
+# slice 在載入時編譯 delegate，拒絕兩個不同的 scale。
+#
+# **修正**：executorch 1.5.1 已包含 executorch#21568（清單加入 ``aten.slice.Tensor`` ）與
+# #21949（partitioner 把兩個 scale 的 slice 留給 portable kernel）。不論哪個版本，要找出無法
+# 載入的 method 拒收哪個運算，可以用 ``common.edge.load_check`` ：它在子行程裡載入程式並指出
+# 那個 node（見上面 transpose 的條目）。共用的 spec 是
+# :ref:`M06-1 · XNNPACK quantizer <sphx_glr_lessons_m06_executorch_m06_1_xnnpack_quantizer.py>`
+# 的步驟 2。
+
+assert load_check(lowered(halves, image)).loads, "程式可以載入"
+
+# %%
+# 量化的 Conv1d(padding=\'same\') 在 XNNPACK 上輸出錯誤
+# ------------------------------------------------------
+# 在 executorch 1.3 上回報（executorch#20558），是不報錯的失敗：kernel 為偶數、
+# ``padding='same'`` 的 int8 ``Conv1d`` 能下放、能執行，沒有任何錯誤，數值卻是錯的。在
+# executorch 1.5.1 上已不再發生：``.pte`` 與 q/dq 模型相差在一個輸出量化間隔以內。
+
+
+class Same1d(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(2, 4, kernel_size=4, padding="same")
+
+    def forward(self, x):
+        return self.conv(x)
+
+
+torch.manual_seed(0)
+signal = (torch.randn(1, 2, 16),)
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message="Using padding='same' with even kernel")
+    same1d = quantized(Same1d().eval(), signal)
+    same1d_program = lowered(same1d, signal)
+step = [n for n in same1d.graph.nodes if n.target == qd.quantize_per_tensor.default][-1].args[1]
+steps = ((run(same1d_program.buffer, signal) - same1d(*signal)).abs() / step).round().max()
+print(f"與 q/dq 模型相差 {steps:.0f} 個輸出間隔")
+assert steps <= 1, "數值正確"
+
+# %%
+# **原因** （1.3 上）：偶數 kernel 一側要補的比另一側多，conv 的 padding 欄位無法表達，於是
+# ``to_edge`` 在 conv 前面寫一個 ``constant_pad_nd`` ；XNNPACK 下放這個 pad 與 conv 時，弄丟了
+# 兩側不對稱的補齊量。
+#
+# **修正**：executorch 1.5.1 已包含 executorch#20734（以及 #20553）：pad 以量化的 static pad
+# 加入 conv 的 delegate，沿用輸入的 qparams。較舊的版本請用奇數 kernel，或明確寫出你要的補齊
+# 量。這裡以 delegate 裡的 pad 驗證；partition 會納入什麼，見
+# :ref:`M06-2 · 下放到 ExecuTorch
+# <sphx_glr_lessons_m06_executorch_m06_2_lowering_to_executorch.py>`。
+
+(inside,) = delegated(same1d_program.exported_program()).values()
+assert any("constant_pad_nd" in name for name in inside), "pad 在 delegate 裡執行"
+
+# %%
+# Unsupported: quantized nyi in meta tensors with fake tensor propagation.
+# ------------------------------------------------------------------------
+# 完整的第一行是 ``torch._dynamo.exc.Unsupported: Unsupported: quantized nyi ...`` ，
+# 2025 年 2 月回報（executorch#8727）：動態量化（ ``is_dynamic=True`` 、per-tensor weight）的
+# 模型，以動態序列長度匯出。這個錯誤在這裡已不再發生：釘選的版本能匯出、prepare 並 convert
+# 回報的設定。接著下放時停在另一個錯誤，也就是第一個條目的 ``Missing out variants`` ，列出
+# ``choose_qparams`` ：
+
+
+class Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+frames = (torch.randn(1, 20, 16),)
+any_length = {"x": {1: Dim("seq_len", min=1, max=1024)}}
+
+
+def dynamic_int8(per_channel: bool) -> torch.fx.GraphModule:
+    """以動態長度匯出的 ``Encoder`` ，照 executorch#8727 的設定做動態量化。"""
+    settings = get_symmetric_quantization_config(is_per_channel=per_channel, is_dynamic=True)
+    program = torch.export.export(Encoder().eval(), frames, dynamic_shapes=any_length)
+    prepared = prepare_pt2e(program.module(), XNNPACKQuantizer().set_global(settings))
+    prepared(*frames)
+    return convert_pt2e(prepared)
+
+
+per_tensor = dynamic_int8(per_channel=False)
+with expect_error(RuntimeError, match="Missing out variants"):
+    to_executorch(per_tensor, frames, partitioner=XnnpackPartitioner(), dynamic_shapes=any_length)
+
+# %%
+# **原因**：「quantized nyi」來自量化張量（ ``torch.qint8`` ，eager 模式的量化）進入 export 的
+# fake tensor；PT2E 的圖只有一般的 int8 張量與 q/dq 運算，fake tensor 都支援。剩下的是
+# XNNPACK 的規則：動態量化的 linear 只有搭配 per-channel weight 才會被 delegate，per-tensor
+# weight 時 ``choose_qparams`` 與 q/dq 運算留在外面，沒有 kernel 可以執行。
+#
+# **修正**：``is_dynamic=True`` 搭配 ``is_per_channel=True`` ：linear 被 delegate，
+# ``operators_run`` 在兩種長度下都顯示 XNNPACK 的動態量化 GEMM（ ``QDU8`` ：執行時才量化的
+# int8 活化值）。動態量化的說明見
+# :ref:`M05-2 · 靜態與動態 int8 <sphx_glr_lessons_m05_transformers_m05_2_static_vs_dynamic.py>`。
+
+per_channel = dynamic_int8(per_channel=True)
+encoder_program = to_executorch(
+    per_channel, frames, partitioner=XnnpackPartitioner(), dynamic_shapes=any_length
+)
+for length in (5, 20):
+    operators = operators_run(encoder_program.buffer, [torch.randn(1, length, 16)])
+    print(f"長度 {length}：{operators.summary.splitlines()[0]}")
+    assert operators.int8 and not operators.portable, "linear 在 XNNPACK 裡以 int8 執行"
+
+# %%
+# 動態量化：.pte 在主機上能載入，在裝置上載入失敗
+# -----------------------------------------------
+# 以 ``is_dynamic=True`` 量化的 transformer 回報的問題（executorch#11355，仍未關閉）：
+# ``.pte`` 能下放，在 Android app 裡 ``load_method`` 卻失敗。這一頁無法執行 Android 的建置。
+# 在這裡的執行環境上，同類的程式可以載入並執行：一個 linear 做了動態量化的
+# ``nn.TransformerEncoderLayer`` 。
+
+torch.manual_seed(0)
+layer = nn.TransformerEncoderLayer(32, 4, 64, batch_first=True).eval()
+tokens_in = (torch.randn(1, 10, 32),)
+dynamic_layer = quantized(layer, tokens_in, is_dynamic=True)
+layer_program = lowered(dynamic_layer, tokens_in)
+check = load_check(layer_program)
+print(f"load_check：{check}")
+assert check.loads, "在這裡的執行環境上可以載入"
+
+# %%
+# **原因**：這一頁重現不了。XNNPACK 在 method 載入時、在載入它的執行環境裡編譯 delegate：
+# 主機能證明的只是這個版本的執行環境接受這個程式，這裡用的是 ``QDU8`` GEMM（執行時才量化的
+# int8 活化值，見下面第一行）。以另一個 ExecuTorch 版本建置、或 XNNPACK 缺少這些 kernel 的
+# 裝置執行環境，是另一個執行環境。
+#
+# **修正**：用寫出 ``.pte`` 的套件的同一個 ExecuTorch 版本、連同 XNNPACK 建置裝置上的執行環境；
+# 在主機上以 ``load_check`` 與 ``operators_run`` （ ``common.edge`` ）檢查程式，再拿裝置的紀錄
+# 和這裡列出的運算子比對。動態量化的說明見
+# :ref:`M05-2 · 靜態與動態 int8 <sphx_glr_lessons_m05_transformers_m05_2_static_vs_dynamic.py>`。
+
+layer_operators = operators_run(layer_program.buffer, list(tokens_in))
+print(layer_operators.summary)
+assert any("QD" in op for op in layer_operators.int8), "動態量化的 GEMM"
 
 # %%
 # 下一頁

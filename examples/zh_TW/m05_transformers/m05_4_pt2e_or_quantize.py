@@ -300,17 +300,17 @@ assert static["act_quant_scale"] is None, "活化值的 scale：由呼叫者提�
 # 保留 eager 模組，不匯出            可以                               不行：得到新的圖
 # x86 lowering 讀得懂的 q/dq         沒有：torchao 自己的運算           有（M03）
 # 靜態 int8 活化值                   scale 由你提供，沒有 observer      observer（M01–M04）
-# 給 ExecuTorch 的 ``.pte``          只有動態活化值的做法（m99_5）      可以（M06）
+# 給 ExecuTorch 的 ``.pte``          只有動態活化值的配方（m99_5）      可以（M06）
 # =================================  =================================  ==========================
 #
 # - 只量化 weight 讓 weight 在儲存時變小，在 x86 CPU 上執行時則不然：搭配 freezing 編譯，它們會
 #   折疊回 fp32 常數（步驟 5）；在 eager 模式下，每次呼叫都要先 dequantize（練習 1）。
 # - 要給 ExecuTorch：用 ``quantize_`` 搭配 ``Int8DynamicActivationIntxWeightConfig`` （int8
 #   動態活化值，4 或 8 位元的 weight）與 ``XnnpackPartitioner`` ，這是 ExecuTorch 自己的 LLM
-#   做法，能整個下放並執行；只量化 weight 的 config 則不行（m99_5）。
+#   配方，能整個下放並執行；只量化 weight 的 config 則不行（m99_5）。
 #
 # 簡單說：LLM 的低位元 weight、保留 eager 模組 → ``quantize_`` （要給 ExecuTorch，就用它的動態
-# 活化值做法）；用 observer 校準的靜態 int8 計算圖、x86 lowering → PT2E。
+# 活化值配方）；用 observer 校準的靜態 int8 計算圖、x86 lowering → PT2E。
 #
 # 練習
 # ----

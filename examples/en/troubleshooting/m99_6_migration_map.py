@@ -36,7 +36,7 @@ from torch import nn
 
 from common.migration import MOVES, attempt, move
 from common.models import example_inputs, get_model
-from common.pt2e import calibrate, export_module, quiet
+from common.pt2e import calibrate, export_module, op_counts, quiet
 from common.viz import draw
 
 quiet()
@@ -51,11 +51,6 @@ def old_import(api: str) -> str:
     _, error = attempt(statement)
     print(f"{statement}\n  → {error or 'imports'}")
     return error
-
-
-def quantize_nodes(gm) -> int:
-    """How many quantize nodes a converted graph has (0: nothing got quantized)."""
-    return len(gm.graph.find_nodes(op="call_function", target=qd.quantize_per_tensor.default))
 
 
 # %%
@@ -138,8 +133,9 @@ assert not hasattr(torchao.quantization.pt2e, "prepare_pt2e"), "not in the packa
 prepared = prepare_pt2e(export_module(get_model("conv_relu"), x), quantizer)
 calibrate(prepared)
 converted = convert_pt2e(prepared)
-print(f"quantize nodes after convert_pt2e: {quantize_nodes(converted)}")
-assert quantize_nodes(converted) > 0, "torchao's prepare and convert quantize"
+quantize_count = op_counts(converted)["quantize_per_tensor.default"]
+print(f"quantize nodes after convert_pt2e: {quantize_count}")
+assert quantize_count > 0, "torchao's prepare and convert quantize"
 
 # %%
 # QuantizationSpec, QuantizationAnnotation and Quantizer
@@ -190,8 +186,9 @@ draw(old_converted, highlight=left, title="torch.ao observers: still there after
 weights = old_converted.graph.find_nodes(
     op="call_function", target=qd.dequantize_per_channel.default
 )
-print(f"observers left: {left}; quantize nodes: {quantize_nodes(old_converted)}")
-assert left and quantize_nodes(old_converted) == 0, "activations not quantized, no error"
+quantize_count = op_counts(old_converted)["quantize_per_tensor.default"]
+print(f"observers left: {left}; quantize nodes: {quantize_count}")
+assert left and quantize_count == 0, "activations not quantized, no error"
 assert len(weights) == 1, "the weight, observed by torchao's observer, is int8"
 
 # %%
@@ -215,7 +212,9 @@ new_prepared = prepare_pt2e(
     export_module(get_model("conv_relu"), x), X86InductorQuantizer().set_global(fixed)
 )
 calibrate(new_prepared)
-assert quantize_nodes(convert_pt2e(new_prepared)) > 0, "torchao's observers: quantized"
+assert op_counts(convert_pt2e(new_prepared))["quantize_per_tensor.default"] > 0, (
+    "torchao's observers: quantized"
+)
 
 # %%
 # lower_pt2e_quantized_to_x86
@@ -369,7 +368,9 @@ assert XNNPACKQuantizer is not names["XNNPACKQuantizer"], "not torchao's copy"
 xnnpack = XNNPACKQuantizer().set_global(get_symmetric_quantization_config())
 edge_prepared = prepare_pt2e(export_module(get_model("conv_relu"), x), xnnpack)
 calibrate(edge_prepared)
-assert quantize_nodes(convert_pt2e(edge_prepared)) > 0, "ExecuTorch's quantizer quantizes"
+assert op_counts(convert_pt2e(edge_prepared))["quantize_per_tensor.default"] > 0, (
+    "ExecuTorch's quantizer quantizes"
+)
 
 # %%
 # DEPRECATION WARNING: You are using the deprecated \'to_edge() + to_backend()\' workflow.
@@ -456,7 +457,7 @@ from executorch.backends.openvino.quantizer import OpenVINOQuantizer
 assert issubclass(OpenVINOQuantizer, Quantizer), "torchao's Quantizer"
 openvino_prepared = prepare_pt2e(export_module(get_model("conv_relu"), x), OpenVINOQuantizer())
 calibrate(openvino_prepared)
-assert quantize_nodes(convert_pt2e(openvino_prepared)) > 0, "it quantizes"
+assert op_counts(convert_pt2e(openvino_prepared))["quantize_per_tensor.default"] > 0, "it quantizes"
 
 # %%
 # DeprecationWarning: torch.ao.quantization is deprecated and will be removed in 2.10.

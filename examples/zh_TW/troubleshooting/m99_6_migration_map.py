@@ -34,7 +34,7 @@ from torch import nn
 
 from common.migration import MOVES, attempt, move
 from common.models import example_inputs, get_model
-from common.pt2e import calibrate, export_module, quiet
+from common.pt2e import calibrate, export_module, op_counts, quiet
 from common.viz import draw
 
 quiet()
@@ -49,11 +49,6 @@ def old_import(api: str) -> str:
     _, error = attempt(statement)
     print(f"{statement}\n  → {error or '可以匯入'}")
     return error
-
-
-def quantize_nodes(gm) -> int:
-    """convert 後的圖有幾個 quantize node（0 表示什麼都沒量化）。"""
-    return len(gm.graph.find_nodes(op="call_function", target=qd.quantize_per_tensor.default))
 
 
 # %%
@@ -133,8 +128,9 @@ assert not hasattr(torchao.quantization.pt2e, "prepare_pt2e"), "套件本身沒�
 prepared = prepare_pt2e(export_module(get_model("conv_relu"), x), quantizer)
 calibrate(prepared)
 converted = convert_pt2e(prepared)
-print(f"convert_pt2e 之後的 quantize node 數：{quantize_nodes(converted)}")
-assert quantize_nodes(converted) > 0, "torchao 的 prepare 與 convert 確實量化"
+quantize_count = op_counts(converted)["quantize_per_tensor.default"]
+print(f"convert_pt2e 之後的 quantize node 數：{quantize_count}")
+assert quantize_count > 0, "torchao 的 prepare 與 convert 確實量化"
 
 # %%
 # QuantizationSpec、QuantizationAnnotation 與 Quantizer
@@ -184,8 +180,9 @@ draw(old_converted, highlight=left, title="torch.ao 的 observer：convert 之�
 weights = old_converted.graph.find_nodes(
     op="call_function", target=qd.dequantize_per_channel.default
 )
-print(f"留下的 observer：{left}；quantize node 數：{quantize_nodes(old_converted)}")
-assert left and quantize_nodes(old_converted) == 0, "活化值沒有量化，也沒有錯誤"
+quantize_count = op_counts(old_converted)["quantize_per_tensor.default"]
+print(f"留下的 observer：{left}；quantize node 數：{quantize_count}")
+assert left and quantize_count == 0, "活化值沒有量化，也沒有錯誤"
 assert len(weights) == 1, "weight 由 torchao 的 observer 觀察，成為 int8"
 
 # %%
@@ -209,7 +206,9 @@ new_prepared = prepare_pt2e(
     export_module(get_model("conv_relu"), x), X86InductorQuantizer().set_global(fixed)
 )
 calibrate(new_prepared)
-assert quantize_nodes(convert_pt2e(new_prepared)) > 0, "torchao 的 observer：有量化"
+assert op_counts(convert_pt2e(new_prepared))["quantize_per_tensor.default"] > 0, (
+    "torchao 的 observer：有量化"
+)
 
 # %%
 # lower_pt2e_quantized_to_x86
@@ -361,7 +360,9 @@ assert XNNPACKQuantizer is not names["XNNPACKQuantizer"], "不是 torchao 的副
 xnnpack = XNNPACKQuantizer().set_global(get_symmetric_quantization_config())
 edge_prepared = prepare_pt2e(export_module(get_model("conv_relu"), x), xnnpack)
 calibrate(edge_prepared)
-assert quantize_nodes(convert_pt2e(edge_prepared)) > 0, "ExecuTorch 的 quantizer 確實量化"
+assert op_counts(convert_pt2e(edge_prepared))["quantize_per_tensor.default"] > 0, (
+    "ExecuTorch 的 quantizer 確實量化"
+)
 
 # %%
 # DEPRECATION WARNING: You are using the deprecated \'to_edge() + to_backend()\' workflow.
@@ -447,7 +448,7 @@ from executorch.backends.openvino.quantizer import OpenVINOQuantizer
 assert issubclass(OpenVINOQuantizer, Quantizer), "torchao 的 Quantizer"
 openvino_prepared = prepare_pt2e(export_module(get_model("conv_relu"), x), OpenVINOQuantizer())
 calibrate(openvino_prepared)
-assert quantize_nodes(convert_pt2e(openvino_prepared)) > 0, "它確實量化"
+assert op_counts(convert_pt2e(openvino_prepared))["quantize_per_tensor.default"] > 0, "它確實量化"
 
 # %%
 # DeprecationWarning: torch.ao.quantization is deprecated and will be removed in 2.10.

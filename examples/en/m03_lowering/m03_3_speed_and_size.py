@@ -257,11 +257,14 @@ publish("size_ratio", ratio)
 # Step 7 — How far from 4×?
 # -------------------------
 # With VNNI, one ``vpdpbusd`` multiplies and adds 64 uint8 × int8 pairs into int32 where one
-# float FMA does 16: int8 can be at most 4× as fast, per instruction. Three compute-bound
-# cases show what the same PT2E path reaches on this CPU — 3×3 convs of 128 channels at
-# 56×56, two GEMMs of 256×1024×4096 — and one that is not compute-bound: depthwise convs
-# (``groups=128``), which do 9 multiply-adds per value they load, so memory traffic, not
-# arithmetic, sets their time.
+# float FMA does 16: int8 can be at most 4× as fast, per instruction. On **AMX**
+# (``cpu.amx_int8``) 4× is not a ceiling: oneDNN runs int8 convs and GEMMs on tiles, a
+# 16×16×64 block of multiply-adds per instruction (1024 a cycle per core, by Intel's figures),
+# while fp32 stays on AVX-512 FMAs (up to 32 a cycle per core), and the ratios may pass 4×. The
+# line under the table says which case this CPU is. Three compute-bound cases show what the
+# same PT2E path reaches on this CPU — 3×3 convs of 128 channels at 56×56, two GEMMs of
+# 256×1024×4096 — and one that is not compute-bound: depthwise convs (``groups=128``), which
+# do 9 multiply-adds per value they load, so memory traffic, not arithmetic, sets their time.
 
 
 def int8_of(model, args):
@@ -297,14 +300,21 @@ for name, (model, args) in cases.items():
         f"{name:24} fp32 {fp32.median:7.2f} ms ({fp32.spread:4.0%})  "
         f"int8 {int8.median:7.2f} ms ({int8.spread:4.0%})  {ceiling[name]:.2f}×"
     )
+print(
+    f"{cpu.onednn}: AMX tiles, so int8's ceiling is far above 4×"
+    if cpu.amx_int8
+    else f"{cpu.onednn}: VNNI, no AMX: 4× per instruction is the ceiling"
+    if cpu.vnni
+    else f"{cpu.onednn}: no VNNI: vpmaddubsw, below VNNI's 4×"
+)
 
 # %%
 # The GEMMs' float side runs on MKL (``mkl::_mkl_linear``, the kernel list of step 3), the
-# convs' on oneDNN: a GEMM ratio above 4× says that this CPU's float GEMM is slow, not that
-# int8 beat its instruction count. Measured against the compute-bound convs, where both sides
-# run oneDNN, where does ``conv_net``'s time go? The profiler splits a call of each compiled
-# model into its int8 kernels, its float ones, and the rest (quantize, reorders, pooling,
-# inductor's fused loops):
+# convs' on oneDNN: without AMX, a GEMM ratio above 4× says that this CPU's float GEMM is
+# slow, not that int8 beat its instruction count. Measured against the compute-bound convs,
+# where both sides run oneDNN, where does ``conv_net``'s time go? The profiler splits a call
+# of each compiled model into its int8 kernels, its float ones, and the rest (quantize,
+# reorders, pooling, inductor's fused loops):
 
 with torch.no_grad():
     split = {label: time_by_kind(frozen.models[label], x) for label in ("fp32", "int8")}
@@ -319,7 +329,8 @@ print(
 # %%
 # A model wide enough to be compute-bound gets close to the ceiling: the quickstart's digits
 # CNN (64 and 128 channels, 500 images a batch). Its share of the conv ceiling, printed, never
-# asserted:
+# asserted: a ratio of two ratios measured minutes apart, each with its spread, so a share
+# above 100 % is noise, not a model that beat its ceiling.
 
 wide, images = train_digits_cnn(width=8), digits("test")[0]
 prepared = prepare_pt2e(export_digits_model(wide), x86_quantizer())
@@ -344,8 +355,9 @@ print(
 #   the first compile prepacked).
 # - The speed-up depends on VNNI/AMX (``run_under_isa`` shows the weaker paths on one CPU,
 #   not a real older chip's speed); the 4× smaller file does not.
-# - VNNI's ceiling is 4× per instruction. Compute-bound convs reach most of it, memory-bound
-#   depthwise convs little; in a small model, quantize, reorders and pooling take their share.
+# - VNNI's ceiling is 4× per instruction; AMX's tiles put it far higher. Compute-bound convs
+#   reach most of it, memory-bound depthwise convs little; in a small model, quantize,
+#   reorders and pooling take their share.
 #
 # Exercises
 # ---------

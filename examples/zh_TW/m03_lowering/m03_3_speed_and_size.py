@@ -250,7 +250,11 @@ publish("size_ratio", ratio)
 # 步驟 7 — 離 4 倍還有多遠？
 # --------------------------
 # 有 VNNI 時，一個 ``vpdpbusd`` 把 64 對 uint8 × int8 相乘並累加進 int32，而一個浮點數 FMA
-# 只做 16 個：以指令來算，int8 最多快 4 倍。下面用同一條 PT2E 路徑量這顆 CPU 能達到多少：兩個
+# 只做 16 個：以指令來算，int8 最多快 4 倍。在 **AMX** 上（ ``cpu.amx_int8`` ），4 倍就不是
+# 上限了：oneDNN 在 tile 上執行 int8 的 conv 與 GEMM，一道指令做一整塊 16×16×64 的乘加（依
+# Intel 的數據，每個核心每個時脈 1024 次），而 fp32 仍用 AVX-512 的 FMA（每個核心每個時脈
+# 最多 32 次），所以倍數可能超過 4 倍。表格下面那一行說明這顆 CPU 屬於哪一種。下面用同一條
+# PT2E 路徑量這顆 CPU 能達到多少：兩個
 # 受計算量限制的例子——56×56、128 個通道的 3×3 conv，以及兩個 256×1024×4096 的 GEMM——再加上
 # 一個不受計算量限制的：depthwise conv（ ``groups=128`` ），每載入一個值只做 9 次乘加，時間由
 # 記憶體存取決定，而不是算術。
@@ -289,13 +293,20 @@ for name, (model, args) in cases.items():
         f"{name:24} fp32 {fp32.median:7.2f} ms ({fp32.spread:4.0%})  "
         f"int8 {int8.median:7.2f} ms ({int8.spread:4.0%})  {ceiling[name]:.2f}×"
     )
+print(
+    f"{cpu.onednn}：AMX tile，所以 int8 的上限遠高於 4 倍"
+    if cpu.amx_int8
+    else f"{cpu.onednn}：有 VNNI、沒有 AMX：以指令來算，上限是 4 倍"
+    if cpu.vnni
+    else f"{cpu.onednn}：沒有 VNNI（vpmaddubsw），低於 VNNI 的 4 倍"
+)
 
 # %%
 # GEMM 的浮點數那一邊在 MKL 上執行（ ``mkl::_mkl_linear`` ，見步驟 3 的 kernel 清單），conv 的
-# 則在 oneDNN 上：GEMM 的倍數超過 4 倍，說的是這顆 CPU 的浮點數 GEMM 慢，而不是 int8 超越了
-# 指令數的上限。以兩邊都在 oneDNN 上執行、受計算量限制的 conv 為準，``conv_net`` 的時間花在
-# 哪裡？profiler 把每個編譯後模型的一次呼叫分成 int8 kernel、浮點數 kernel，以及其餘部分
-# （quantize、記憶體排列轉換、pooling、inductor 融合的迴圈）：
+# 則在 oneDNN 上：沒有 AMX 時，GEMM 的倍數超過 4 倍，說的是這顆 CPU 的浮點數 GEMM 慢，而不是
+# int8 超越了指令數的上限。以兩邊都在 oneDNN 上執行、受計算量限制的 conv 為準，
+# ``conv_net`` 的時間花在哪裡？profiler 把每個編譯後模型的一次呼叫分成 int8 kernel、浮點數
+# kernel，以及其餘部分（quantize、記憶體排列轉換、pooling、inductor 融合的迴圈）：
 
 with torch.no_grad():
     split = {label: time_by_kind(frozen.models[label], x) for label in ("fp32", "int8")}
@@ -309,7 +320,8 @@ print(
 
 # %%
 # 寬到受計算量限制的模型，就能接近上限：快速入門的手寫數字 CNN（64 與 128 個通道，每批 500 張
-# 影像）。它達到 conv 上限的幾成，只印出，從不 assert：
+# 影像）。它達到 conv 上限的幾成，只印出，從不 assert：這是兩個相隔幾分鐘量出的倍數之比，各有
+# 各的 spread，所以超過 100% 是雜訊，而不是模型超越了上限。
 
 wide, images = train_digits_cnn(width=8), digits("test")[0]
 prepared = prepare_pt2e(export_digits_model(wide), x86_quantizer())
@@ -334,8 +346,9 @@ print(
 #   第一次編譯預先打包了什麼）。
 # - 加速幅度取決於 VNNI／AMX（ ``run_under_isa`` 在同一顆 CPU 上顯示較弱的路徑，但不是真正
 #   舊晶片的速度）；小了 4 倍的檔案則不受影響。
-# - 以指令來算，VNNI 的上限是 4 倍。受計算量限制的 conv 能達到大部分，受記憶體限制的
-#   depthwise conv 幾乎達不到；在小模型裡，quantize、記憶體排列轉換與 pooling 也佔一份時間。
+# - 以指令來算，VNNI 的上限是 4 倍；AMX 的 tile 把上限推得更高。受計算量限制的 conv 能達到
+#   大部分，受記憶體限制的 depthwise conv 幾乎達不到；在小模型裡，quantize、記憶體排列轉換與
+#   pooling 也佔一份時間。
 #
 # 練習
 # ----

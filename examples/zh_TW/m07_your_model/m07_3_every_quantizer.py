@@ -346,7 +346,7 @@ assert counts["q/dq"] == 0 and counts["out_dtype"] == 2, "int8 的 q/dq 與 add 
 assert (counts["conv2d"], counts["linear"]) == (3, 2), "conv 與 linear 仍是浮點數運算"
 pattern = importlib.import_module("torchao.quantization.pt2e.reference_representation_rewrite")
 conv_pattern = inspect.getsource(pattern._qdq_quantized_conv2d)
-assert "aten.convolution.default" in conv_pattern and "convolution" not in counts, "no match"
+assert "aten.convolution.default" in conv_pattern and "convolution" not in counts, "比對不到"
 print(f"reference vs q/dq：{(reference(*images) - converted['xnnpack'](*images)).abs().max():.2e}")
 
 # %%

@@ -107,7 +107,7 @@ with expect_error(NotImplementedError, match="not supported for exported models"
     qat.eval()
 first, second = str(caught.error).splitlines()[:2]
 print(f"NotImplementedError: {first}\n{second}")
-assert first == "" and second.strip().startswith("Calling train() or eval()"), "line 1: empty"
+assert first == "" and second.strip().startswith("Calling train() or eval()"), "第一行是空的"
 
 # %%
 # **修正**：同一個函式 ``move_exported_model_to_eval(qat)`` ：dropout 不再丟棄數值。但對

@@ -372,7 +372,7 @@ assert op_counts(convert_pt2e(edge_prepared))["quantize_per_tensor.default"] > 0
 # 記下這一行（透過 ``logging`` ，寫到 stderr），後面接著：「Please consider migrating to
 # 'to_edge_transform_and_lower()' for better error handling and optimization.」
 
-assert old_import("to_edge, to_backend") == "", "it still imports"
+assert old_import("to_edge, to_backend") == "", "仍然匯入得了"
 names, _ = attempt(move("to_edge, to_backend").old)
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
@@ -514,7 +514,7 @@ print(f"quantize_dynamic: {type(old_tagger.rnn).__module__}.{type(old_tagger.rnn
 print(f"quantize_: {type(new_tagger.rnn).__name__}, {type(new_tagger.head.weight).__name__}")
 assert type(old_tagger.rnn).__module__.startswith("torch.ao.nn.quantized.dynamic"), "int8 LSTM"
 assert type(new_tagger.rnn) is nn.LSTM and not hasattr(new_tagger.rnn.weight_ih_l0, "qdata")
-assert hasattr(new_tagger.head.weight, "qdata"), "the linear only"
+assert hasattr(new_tagger.head.weight, "qdata"), "只有 linear"
 
 # %%
 # 下一頁

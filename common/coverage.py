@@ -352,14 +352,14 @@ _TEXTS = {
     },
     "dropout between": {
         "en": (
-            "an eval-mode dropout ({dropout}) sits between {producer} and this add: x86's "
-            "{producer_kind} + add pattern needs them adjacent; remove eval-mode dropout "
-            "nodes before prepare_pt2e"
+            "the add's input comes through an eval-mode dropout ({dropout}) from {producer}: "
+            "x86's {producer_kind} + add pattern needs the add right after the "
+            "{producer_kind}; remove eval-mode dropout nodes before prepare_pt2e"
         ),
         "zh_TW": (
-            "{producer} 與這個 add 之間夾著一個 eval 模式的 dropout（{dropout}）：x86 的 "
-            "{producer_kind} + add 模式要它們緊鄰；在 prepare_pt2e 之前拿掉 eval 模式的 "
-            "dropout 節點"
+            "add 的輸入經過一個 eval 模式的 dropout（{dropout}）才來自 {producer}：x86 的 "
+            "{producer_kind} + add 模式要 add 緊接在 {producer_kind} 之後；在 prepare_pt2e "
+            "之前拿掉 eval 模式的 dropout 節點"
         ),
     },
     "x86 propagation": {
@@ -647,7 +647,8 @@ class Coverage:
         return Counter(op.reason for op in self.ops if not op.int8)
 
     def summary(self, *, lang: str | None = None) -> str:
-        """Int8 ops out of all, per kind; then each float reason with its count, a line each.
+        """Int8 ops out of all, per kind; then each float reason with its count, a line each
+        (reasons that differ only in the nodes they name share a line, the nodes merged).
 
         Args:
             lang: ``"en"`` or ``"zh_TW"``; the running lesson's (``lesson_language()``) when
@@ -656,16 +657,21 @@ class Coverage:
         lang = _checked(lang)
         int8 = sum(op.int8 for op in self.ops)
         kinds = _kinds(self, lang)
-        said = {op.reason: op.reason_in(lang) for op in self.ops if not op.int8}
+        groups: dict[tuple, list[OpCoverage]] = {}
+        for op in self.ops:
+            if not op.int8:
+                groups.setdefault(_reason_key(op), []).append(op)
+        ordered = sorted(groups.values(), key=len, reverse=True)  # stable: first seen first
+        said = [(len(members), _merged_reason(members, lang)) for members in ordered]
         label, count = self._label_in(lang), len(self.ops)
         if lang == "zh_TW":
             what = "運算" if self.every_op else "計算運算"
             lines = [f"{label}：{count} 個{what}中有 {int8} 個是 int8（{kinds}）"]
-            lines += [f"  浮點數 ×{n}：{said[r]}" for r, n in self.reasons().most_common()]
+            lines += [f"  浮點數 ×{n}：{reason}" for n, reason in said]
         else:
             what = "ops" if self.every_op else "compute ops"
             lines = [f"{label}: {int8} of {count} {what} int8 ({kinds})"]
-            lines += [f"  float ×{n}: {said[r]}" for r, n in self.reasons().most_common()]
+            lines += [f"  float ×{n}: {reason}" for n, reason in said]
         return "\n".join(lines)
 
     def _only(self, only: str | None, with_layout: bool = True) -> list[OpCoverage]:
@@ -745,6 +751,13 @@ class Coverage:
 
 #: The fields of a reason that name nodes: ``grouped`` merges them across a group's members.
 _NODE_FIELDS = ("nodes", "root", "producer", "dropout", "extra")
+
+
+def _reason_key(op: OpCoverage) -> tuple:
+    """An op's reason without the nodes it names: the ops ``summary`` counts on one line."""
+    if op.said is None:
+        return (op.reason,)
+    return (op.said.key, *((k, v) for k, v in op.said.values if k not in _NODE_FIELDS))
 
 
 def _merged_reason(members: list[OpCoverage], lang: str) -> str:

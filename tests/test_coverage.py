@@ -861,7 +861,7 @@ def test_an_eval_mode_dropout_before_the_add_is_named():
     layer = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True).eval()
     report = coverage(export_module(layer, TOKENS), x86())
     add = report["add_1"]
-    assert not add.int8 and "eval-mode dropout (dropout_2) sits between linear_3" in add.reason
+    assert not add.int8 and "eval-mode dropout (dropout_2) from linear_3" in add.reason
 
 
 def test_every_op_reports_keep_their_tables_short():

@@ -28,7 +28,7 @@ assert；assert 的是讓 int8 變快的東西：每個計時的模型實際執�
 # 準備
 # ----
 # 模型庫裡的 ``conv_net`` ：四層 64～128 通道的 3×3 conv，輸入 28×28 影像，大到 int8 kernel
-# 足以發揮作用（16×16 的小模型，時間都花在額外開銷上）。 ``compare_speed`` 讓模型交錯輪流
+# 足以發揮作用（16×16 的小模型，時間都花在額外負擔上）。 ``compare_speed`` 讓模型交錯輪流
 # 計時，在核心數不超過兩個的機器上只用一個執行緒，並印出中位數與離散程度、平均負載和 CPU。
 
 import io
@@ -321,7 +321,7 @@ print(
 # %%
 # 寬到受計算量限制的模型，就能接近上限：快速入門的手寫數字 CNN（64 與 128 個通道，每批 500 張
 # 影像）。它達到 conv 上限的幾成，只印出，從不 assert：這是兩個相隔幾分鐘量出的倍數之比，各有
-# 各的 spread，所以超過 100% 是雜訊，而不是模型超越了上限。
+# 各的離散程度，所以超過 100% 是雜訊，而不是模型超越了上限。
 
 wide, images = train_digits_cnn(width=8), digits("test")[0]
 prepared = prepare_pt2e(export_digits_model(wide), x86_quantizer())
@@ -332,7 +332,7 @@ assert not showcase.kernels["int8"].float, "每個 conv 與 linear 都以 int8 �
 share = showcase.ratio("fp32", "int8") / ceiling["3×3 convs, 128 channels"]
 print(
     f"手寫數字 CNN，寬度 8：int8 是 fp32 的 {showcase.ratio('fp32', 'int8'):.2f} 倍，"
-    f"達到 conv 上限的 {share:.0%}（spread {showcase['fp32'].spread:.0%}、"
+    f"達到 conv 上限的 {share:.0%}（離散 {showcase['fp32'].spread:.0%}、"
     f"{showcase['int8'].spread:.0%}；{showcase.cpu}）"
 )
 
@@ -383,7 +383,7 @@ print(
 #              "再加上更大的圖：q/dq node"
 #          )
 #
-# 2. 改存 *lowering 之後* 的程式，而不是 q/dq 的。預測： ``torch.export`` 存得了預先打包的
+# 2. 改存「lowering 之後」的程式，而不是 q/dq 的。預測： ``torch.export`` 存得了預先打包的
 #    oneDNN weight 嗎？
 #
 #    .. dropdown:: 解答
@@ -396,7 +396,7 @@ print(
 #          reshape_views(unsaveable)
 #          with expect_error(NotImplementedError, match="OpaqueTensorImpl"):
 #              saved_bytes(unsaveable)
-#          # oneDNN 的不透明張量沒有可序列化的 storage：存 q/dq 程式，載入後再 lowering
+#          # oneDNN 的不透明張量沒有可序列化的 storage：存 q/dq 程式，載入後再下放
 #          # （或開 freezing 編譯）。
 #
 # 延伸閱讀

@@ -486,7 +486,7 @@ assert near < far / 10, "離浮點模型近了十倍"
 # %%
 # RuntimeError: method->set_inputs() for method \'forward\' failed with error 0x10
 # -------------------------------------------------------------------------------
-# ``.pte`` 在匯出時的批次大小下能執行，換一個批次就失敗。在這之前，執行環境的紀錄寫著原因：
+# ``.pte`` 在匯出時的批次大小下能執行，換一個批次大小就失敗。在這之前，執行環境的紀錄寫著原因：
 # ``Attempted to resize a static tensor`` ，附上預期與收到的形狀（回報時的訊息是「Attempted
 # to resize a static tensor to a new shape at dimension 0」，executorch#1350、#9749）；以有
 # 上限的 ``Dim`` 匯出的程式超過上限時，則是 ``Attempted to resize a bounded tensor with a
@@ -575,13 +575,13 @@ assert before != after, "同一個程式，被改寫了"
 fresh = to_edge_transform_and_lower(torch.export.export(qdq, x), partitioner=[XnnpackPartitioner()])
 kept = copy.deepcopy(fresh.exported_program())
 fresh.to_executorch()
-assert portable_ops(kept) == before, "複本就是 edge 圖"
+assert portable_ops(kept) == before, "副本就是 edge 圖"
 
 # %%
 # Failed to create static slice node：兩個 scale 之間的量化 slice
 # ---------------------------------------------------------------
 # 在 executorch 1.4.0 上回報（executorch#21829、#21831）：把 conv 的輸出切成兩半再相加，可以
-# 下放，method 卻載入失敗，紀錄寫著 ``Failed to create static slice node ...
+# 下放，方法卻載入失敗，紀錄寫著 ``Failed to create static slice node ...
 # xnn_status_invalid_parameter`` 。在 executorch 1.5.1 上已不再發生：每個 slice 兩側只有一個
 # scale，程式可以載入。
 
@@ -608,13 +608,13 @@ assert all(n.args[0].args[1] == next(iter(n.users)).args[1] for n in slices), "�
 # %%
 # **原因** （1.4 上）：``XNNPACKQuantizer`` 讓只搬動數值的運算共用一個 scale
 # （ ``_is_share_obs_or_fq_op`` ），它的清單列了 ``to_edge`` 之後的 ``slice_copy`` ，卻沒有
-# quantizer 實際看到的 ``aten.slice.Tensor`` ；每個 slice 因此各自觀測，而 XNNPACK 的 static
+# quantizer 實際看到的 ``aten.slice.Tensor`` ；每個 slice 因此各自觀察，而 XNNPACK 的 static
 # slice 在載入時編譯 delegate，拒絕兩個不同的 scale。
 #
 # **修正**：executorch 1.5.1 已包含 executorch#21568（清單加入 ``aten.slice.Tensor`` ）與
 # #21949（partitioner 把兩個 scale 的 slice 留給 portable kernel）。不論哪個版本，要找出無法
-# 載入的 method 拒收哪個運算，可以用 ``common.edge.load_check`` ：它在子行程裡載入程式並指出
-# 那個 node（見上面 transpose 的條目）。共用的 spec 是
+# 載入的方法拒收哪個運算，可以用 ``common.edge.load_check`` ：它在子行程裡載入程式並指出
+# 那個 node（見上面 transpose 的條目）。共用的 spec 見
 # :ref:`M06-1 · XNNPACK quantizer <sphx_glr_lessons_m06_executorch_m06_1_xnnpack_quantizer.py>`
 # 的步驟 2。
 
@@ -623,9 +623,9 @@ assert load_check(lowered(halves, image)).loads, "程式可以載入"
 # %%
 # 量化的 Conv1d(padding=\'same\') 在 XNNPACK 上輸出錯誤
 # ------------------------------------------------------
-# 在 executorch 1.3 上回報（executorch#20558），是不報錯的失敗：kernel 為偶數、
+# 在 executorch 1.3 上回報（executorch#20558），是不報錯的失敗： ``kernel_size`` 為偶數、
 # ``padding='same'`` 的 int8 ``Conv1d`` 能下放、能執行，沒有任何錯誤，數值卻是錯的。在
-# executorch 1.5.1 上已不再發生：``.pte`` 與 q/dq 模型相差在一個輸出量化間隔以內。
+# executorch 1.5.1 上已不再發生：``.pte`` 與 q/dq 模型相差在一格以內。
 
 
 class Same1d(nn.Module):
@@ -645,17 +645,17 @@ with warnings.catch_warnings():
     same1d_program = lowered(same1d, signal)
 step = [n for n in same1d.graph.nodes if n.target == qd.quantize_per_tensor.default][-1].args[1]
 steps = ((run(same1d_program.buffer, signal) - same1d(*signal)).abs() / step).round().max()
-print(f"與 q/dq 模型相差 {steps:.0f} 個輸出間隔")
+print(f"與 q/dq 模型相差 {steps:.0f} 格")
 assert steps <= 1, "數值正確"
 
 # %%
-# **原因** （1.3 上）：偶數 kernel 一側要補的比另一側多，conv 的 padding 欄位無法表達，於是
-# ``to_edge`` 在 conv 前面寫一個 ``constant_pad_nd`` ；XNNPACK 下放這個 pad 與 conv 時，弄丟了
-# 兩側不對稱的補齊量。
+# **原因** （1.3 上）：偶數的 ``kernel_size`` 一側要補的比另一側多，conv 的 padding 欄位無法
+# 表達，於是 ``to_edge`` 在 conv 前面寫一個 ``constant_pad_nd`` ；XNNPACK 下放這個 pad 與 conv
+# 時，弄丟了兩側不對稱的補齊量。
 #
 # **修正**：executorch 1.5.1 已包含 executorch#20734（以及 #20553）：pad 以量化的 static pad
-# 加入 conv 的 delegate，沿用輸入的 qparams。較舊的版本請用奇數 kernel，或明確寫出你要的補齊
-# 量。這裡以 delegate 裡的 pad 驗證；partition 會納入什麼，見
+# 加入 conv 的 delegate，沿用輸入的 qparams。較舊的版本請用奇數的 ``kernel_size`` ，或明確寫出
+# 你要的補齊量。這裡以 delegate 裡的 pad 驗證；一個分割會收進什麼，見
 # :ref:`M06-2 · 下放到 ExecuTorch
 # <sphx_glr_lessons_m06_executorch_m06_2_lowering_to_executorch.py>`。
 
@@ -701,10 +701,10 @@ with expect_error(RuntimeError, match="Missing out variants"):
 # %%
 # **原因**：「quantized nyi」來自量化張量（ ``torch.qint8`` ，eager 模式的量化）進入 export 的
 # fake tensor；PT2E 的圖只有一般的 int8 張量與 q/dq 運算，fake tensor 都支援。剩下的是
-# XNNPACK 的規則：動態量化的 linear 只有搭配 per-channel weight 才會被 delegate，per-tensor
+# XNNPACK 的規則：動態量化的 linear 只有搭配 per-channel weight 才會被委派，per-tensor
 # weight 時 ``choose_qparams`` 與 q/dq 運算留在外面，沒有 kernel 可以執行。
 #
-# **修正**：``is_dynamic=True`` 搭配 ``is_per_channel=True`` ：linear 被 delegate，
+# **修正**：``is_dynamic=True`` 搭配 ``is_per_channel=True`` ：linear 被委派，
 # ``operators_run`` 在兩種長度下都顯示 XNNPACK 的動態量化 GEMM（ ``QDU8`` ：執行時才量化的
 # int8 活化值）。動態量化的說明見
 # :ref:`M05-2 · 靜態與動態 int8 <sphx_glr_lessons_m05_transformers_m05_2_static_vs_dynamic.py>`。
@@ -736,7 +736,7 @@ print(f"load_check：{check}")
 assert check.loads, "在這裡的執行環境上可以載入"
 
 # %%
-# **原因**：這一頁重現不了。XNNPACK 在 method 載入時、在載入它的執行環境裡編譯 delegate：
+# **原因**：這一頁重現不了。XNNPACK 在方法載入時、在載入它的執行環境裡編譯 delegate：
 # 主機能證明的只是這個版本的執行環境接受這個程式，這裡用的是 ``QDU8`` GEMM（執行時才量化的
 # int8 活化值，見下面第一行）。以另一個 ExecuTorch 版本建置、或 XNNPACK 缺少這些 kernel 的
 # 裝置執行環境，是另一個執行環境。

@@ -164,9 +164,9 @@ assert packed == 3 and ran.float and not ran.int8, "計數器描述的是第一�
 # 在區塊之外，用的是預設值（關閉）。計數器是編譯時的紀錄：它仍然顯示第一次編譯的預先打包。
 #
 # **修正**：把 ``torch._inductor.config.freezing = True`` 設在整個行程，用 ``dynamic=False``
-# 編譯（原因見下一個條目），並在你要服務的形狀上用 profiler（ ``common.kernels.kernels_run`` ）
-# 檢查 kernel。``common.timing.race`` 三件事都做了。現在每個新的批次大小會再編譯一次，同樣
-# 有 freezing。用 profiler 檢查的方法見
+# 編譯（原因見下一個條目），並在上線後實際會收到的形狀上用 profiler
+# （ ``common.kernels.kernels_run`` ）檢查 kernel。``common.timing.race`` 三件事都做了。現在
+# 每個新的批次大小會再編譯一次，同樣有 freezing。用 profiler 檢查的方法見
 # :ref:`M03-3 · 量測速度與大小 <sphx_glr_lessons_m03_lowering_m03_3_speed_and_size.py>`。
 
 inductor_config.freezing = True

@@ -38,9 +38,30 @@ def _page_context(app, pagename, templatename, context, doctree) -> None:
     context["generate_toctree_html"] = generate_labelled
 
 
+def _theme_pygments_from_the_start(app) -> None:
+    """Write the theme's code colours where Sphinx writes its own.
+
+    Each HTML build writes ``_static/pygments.css`` twice: Sphinx's own stylesheet (tango
+    colours, unprefixed) when it copies the static files, then, at build-finished,
+    pydata-sphinx-theme's (its light and dark styles, under ``html[data-theme=...]``). A page
+    loaded between the two, seconds apart under load, showed tango's strings (#4e9a06) on the
+    theme's code background (#f3f4f5): contrast 3.2, axe's colour-contrast check failed on the
+    FX article's 18 string literals while another build of the site ran (tests/test_site.py,
+    a test worker's no-op build; issue #43). No upstream issue found (pydata-sphinx-theme
+    0.24.0 still does it); remove this when the theme writes its stylesheet in Sphinx's place.
+    """
+    builder = app.builder
+    if not hasattr(builder, "create_pygments_style_file"):
+        return
+    from pydata_sphinx_theme.pygments import overwrite_pygments_css
+
+    builder.create_pygments_style_file = lambda: overwrite_pygments_css(app)
+
+
 def setup(app):
     # After the theme has put generate_toctree_html into the page context.
     app.connect("html-page-context", _page_context, priority=900)
+    app.connect("builder-inited", _theme_pygments_from_the_start)
     app.add_js_file("course-a11y.js")  # docs/_static
     # Graphs open full size with pan and zoom; a tap or Tab on a node shows its tooltip, which
     # touch screens and keyboards never get from an SVG <title> (docs/_static/course-graph.js).

@@ -72,7 +72,7 @@ def torchao_patterns_exported_once():
 
 # The built site is shared by the readers' runs (test_lessons.py compares their pictures with
 # the site's), test_site.py, test_build.py and test_zh_spacing.py, on both xdist workers: the
-# first to ask builds it, the other waits on the lock and then finds nothing to do.
+# first to ask builds it, the other waits on the lock and then uses it without building.
 @pytest.fixture(scope="session")
 def site() -> Path:
     """The built site's root folder (holding index.html, en/ and zh_TW/).
@@ -83,9 +83,19 @@ def site() -> Path:
     if os.environ.get("PT2E_COURSE_SITE"):  # test a site built elsewhere, as it is
         return Path(os.environ["PT2E_COURSE_SITE"]).resolve()
     started = time.perf_counter()
+    # The other xdist worker's build of this same test run is the site: building it again
+    # (even with nothing to do, Sphinx rewrites _static/ and the search index) would change
+    # files under the browser tests this worker's neighbour is running (issue #43).
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    stamp = BUILT.parent / "site-built-by-test-run"
     with site_lock():
+        if run and stamp.exists() and stamp.read_text() == run:
+            return BUILT
+        stamp.unlink(missing_ok=True)
         no_sources_from_the_future()
         build_both(BUILT)
+        if run:
+            stamp.write_text(run)
     print(f"built the site into {BUILT} in {time.perf_counter() - started:.0f} s")
     return BUILT
 

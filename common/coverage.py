@@ -336,6 +336,13 @@ _TEXTS = {
         "en": "{specs}, its input's qparams",
         "zh_TW": "{specs}，與輸入同一組 qparams",
     },
+    "output only": {
+        "en": (
+            "the quantizer annotated only its output, for the op after it: it computes on "
+            "float values"
+        ),
+        "zh_TW": "quantizer 只標註了它的輸出，給下一個運算用：它本身以浮點數運算",
+    },
     "post-op": {
         "en": "runs as a post-op inside the int8 {root_op} kernel of {root}",
         "zh_TW": "作為 post-op 在 {root} 的 int8 {root_op} kernel 裡執行",
@@ -1235,7 +1242,7 @@ def _classify_other(prepared, node, kind, rules) -> tuple[bool, str, _Text, tupl
     annotation = _annotation(node)
     edges = _value_inputs(node)
     observers = [_integer_observer(prepared, edge) for edge in edges]
-    if annotation is not None and (annotation.input_qspec_map or annotation.output_qspec):
+    if annotation is not None and annotation.input_qspec_map:
         outputs = [o for o in (_integer_observer(prepared, u) for u in node.users) if o]
         if edges and all(o is not None for o in observers) and outputs:
             specs = [*annotation.input_qspec_map.values(), annotation.output_qspec]
@@ -1246,6 +1253,8 @@ def _classify_other(prepared, node, kind, rules) -> tuple[bool, str, _Text, tupl
             said = _text("int8 shared" if shared else "int8", specs=(text,))
             return True, mode, said, (("activation", text),)
     missing = [_unobserved(e) for e, o in zip(edges, observers, strict=True) if o is None]
+    if annotation is not None and not annotation.input_qspec_map and annotation.output_qspec:
+        return False, "", _text("output only"), ()  # OpenVINOQuantizer: for the op after it
     return False, "", rules(node, kind, annotation, missing), ()
 
 

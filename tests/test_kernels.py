@@ -136,3 +136,17 @@ def test_post_ops_are_read_from_onednns_words():
     assert _post_ops(line + "eltwise_gelu_erf,,8x64,0.01") == ["gelu"]
     assert _post_ops(line + "sum:1:0:u8+eltwise_relu,,8x64,0.01") == ["add", "relu"]
     assert _post_ops("onednn_verbose,v1,primitive,exec,cpu,matmul,x,undef,src:u8,,8x64,0.01") == []
+
+
+def test_sdpas_float_matmuls_are_not_in_the_float_kernels():
+    """scaled_dot_product_attention computes its matmuls in float inside one aten op that
+    FLOAT_KERNELS does not list: 'float: none' means no float conv or linear kernel."""
+    from common.kernels import FLOAT_KERNELS
+
+    def attention(q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+    qkv = tuple(torch.randn(1, 2, 8, 16) for _ in range(3))
+    ran = kernels_run(attention, qkv)
+    assert not ran.float and not ran.int8, ran.summary
+    assert not any("scaled_dot_product" in name for name in FLOAT_KERNELS)

@@ -272,16 +272,26 @@ class _Log:
 @contextlib.contextmanager
 def _onednn_log():
     """oneDNN's verbose log of what runs meanwhile, in ``.lines`` when the block ends; kept off
-    file descriptor 1 (oneDNN prints it with C's stdio). Empty if verbose cannot be turned on."""
+    file descriptor 1 (oneDNN prints it with C's stdio). Empty if verbose cannot be turned on
+    (a torch without oneDNN) or C's stdio cannot be flushed (no C library found)."""
     log = _Log()
-    libc = ctypes.CDLL(None)
+    try:
+        libc = ctypes.CDLL(None)
+        verbose = torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON)
+    except (OSError, TypeError, AttributeError):
+        yield log
+        return
     sys.stdout.flush()
     libc.fflush(None)
     saved = os.dup(1)
     with tempfile.TemporaryFile() as sink:
         os.dup2(sink.fileno(), 1)
         try:
-            with torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON):
+            with contextlib.ExitStack() as stack:
+                try:
+                    stack.enter_context(verbose)
+                except AssertionError:  # "Failed to set MKLDNN into verbose mode"
+                    pass
                 yield log
             libc.fflush(None)
         finally:

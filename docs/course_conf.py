@@ -43,7 +43,9 @@ TEXT = {
         "spread_sep": "／",
         "within_noise": "；{pairs}：差距在量測誤差之內，不分高下",
         "results_note": (
-            "量測環境：{cpu}。時間是 {threads} 個執行緒、交錯多輪的中位數，只印出、從不 "
+            "量測環境：{cpu}。時間是 {threads} 個執行緒、交錯多輪的中位數（單一執行緒時計的是"
+            "每次呼叫的 CPU 時間，多個執行緒時計的是實際經過的時間），量測時另一種語言的建置"
+            "暫停等候，只印出、從不 "
             "``assert``，並且會隨機器負載變動；每個時間只量一次，兩種語言顯示同樣的數字；spread "
             "是第 10 到第 90 百分位數的寬度除以中位數，負載是一分鐘的平均負載；{native} "
             "以外的路徑是在同一顆 CPU 上用 ``ONEDNN_MAX_CPU_ISA`` 限制出來的，不是真正較舊的"
@@ -95,8 +97,10 @@ TEXT = {
         "spread_sep": " / ",
         "within_noise": "; {pairs}: within noise, not ranked",
         "results_note": (
-            "Measured on {cpu}. Times are medians of interleaved rounds on {threads} thread(s), "
-            "printed and never asserted, and they move with the machine's load; each is measured "
+            "Measured on {cpu}. Times are medians of interleaved rounds on {threads} thread(s) "
+            "(each call's CPU time on one thread, its wall time on more), taken while the other "
+            "language's build waits, printed and never asserted, and they move with the machine's "
+            "load; each is measured "
             "once and both languages show it; a spread is the p10–p90 width over the median, "
             "the load the one-minute load average; the paths other "
             "than {native} are capped with ``ONEDNN_MAX_CPU_ISA`` on the same CPU, not a real "

@@ -23,7 +23,7 @@ changes an op's fate.
 - How to put your own op through the same run (``common.atlas``)
 
 **Prerequisites**: :ref:`M07-1 · what stays float
-<sphx_glr_lessons_m07_your_model_m07_1_what_stays_float.py>`, :ref:`M07-3 · every quantizer
+<sphx_glr_lessons_m07_your_model_m07_1_what_stays_float.py>`, :ref:`M07-3 · one graph, every quantizer
 <sphx_glr_lessons_m07_your_model_m07_3_every_quantizer.py>`.
 """
 

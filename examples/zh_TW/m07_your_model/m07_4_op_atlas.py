@@ -22,7 +22,7 @@ CPU 外掛實際執行的精度。表中每一格都讀自實際的執行，並�
 - 怎麼把你自己的運算交給同一套流程（ ``common.atlas`` ）
 
 **先備知識**： :ref:`M07-1 · 我的 quantizer 會把什麼留在浮點數？
-<sphx_glr_lessons_m07_your_model_m07_1_what_stays_float.py>`、 :ref:`M07-3 · 每個 quantizer
+<sphx_glr_lessons_m07_your_model_m07_1_what_stays_float.py>`、 :ref:`M07-3 · 同一張圖，跑遍這台機器上的每個 quantizer
 <sphx_glr_lessons_m07_your_model_m07_3_every_quantizer.py>`。
 """
 
@@ -63,7 +63,7 @@ assert len({item.op for item in atlas.ENTRIES}) >= 40, "至少 40 個運算"
 # %%
 # 步驟 1 — 每個運算一個模型
 # -------------------------
-# 每個運算都放在真實模型遇到它的位置：活化函數夾在兩個 conv 之間（Transformer 用的那些則夾在
+# 每個運算都放在真實模型遇到它的位置：活化函式夾在兩個 conv 之間（Transformer 用的那些則夾在
 # 兩個 linear 之間）、池化層接在 conv 後面、歸約放在分類器的頭部。運算放在哪裡決定了它的命運：
 # x86 會把 linear 後面的 GELU 融合進去，conv 後面的卻不會。
 
@@ -176,7 +176,7 @@ for row in rows:
 #    ``add`` 也會融合（連同它後面的 ReLU）。
 # 3. max_pool2d、cat、avg_pool2d、adaptive_avg_pool2d 與 flatten 的輸入來自量化過的運算時，
 #    讓 int8 直接通過（ ``int8_in_int8_out_ops`` ）。
-# 4. 其他都留在浮點數：正規化、重新取樣、歸約、其他活化函數、conv_transpose2d（x86 沒有
+# 4. 其他都留在浮點數：正規化、重新取樣、歸約、其他活化函式、conv_transpose2d（x86 沒有
 #    轉置 conv 的 int8 運算）、matmul 與 attention。
 
 X86_INT8 = {"conv2d", "linear", "mul"}
@@ -388,6 +388,5 @@ assert "int8 shared" not in arm
 #
 # 下一步
 # ------
-# M07 到此結束； :ref:`疑難排解的條目
-# <sphx_glr_lessons_troubleshooting_m99_2_prepare_and_convert.py>` 從你自己的模型可能引發的
-# 錯誤出發。
+# M07 到此結束；疑難排解的條目從你自己的模型可能引發的錯誤出發，例如 :ref:`疑難排解：prepare
+# 與 convert <sphx_glr_lessons_troubleshooting_m99_2_prepare_and_convert.py>` 。

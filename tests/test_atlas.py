@@ -1,0 +1,160 @@
+"""common.atlas: the op atlas's models and readings, and CoursePartitioner on every atlas model.
+
+``CoursePartitioner`` (common.edge) must tag exactly what ``XnnpackPartitioner`` tags on each
+atlas model quantized with ``XNNPACKQuantizer``, or refuse loudly, naming an op its table does
+not know (its contract: a partition never differs silently). The refused ones are listed here,
+so a table that learns an op, or an atlas model that meets a new one, shows up.
+"""
+
+import pytest
+import torch
+
+from common import atlas
+from common.pt2e import quiet
+
+quiet()
+
+from executorch.backends.xnnpack.partition.xnnpack_partitioner import (  # noqa: E402
+    XnnpackPartitioner,
+)
+from executorch.backends.xnnpack.utils.quant_utils import IS_IMPLICIT_Q_DQ_TAG  # noqa: E402
+from executorch.exir import to_edge_transform_and_lower  # noqa: E402
+from executorch.exir.backend.partitioner import Partitioner  # noqa: E402
+
+from common import edge  # noqa: E402
+
+pytestmark = [
+    pytest.mark.filterwarnings(r"ignore:`isinstance\(treespec, LeafSpec\)`:FutureWarning"),
+    pytest.mark.filterwarnings(r"ignore:The tensor attributes self\.rnn\._flat_weights"),
+]
+
+NAMES = [item.name for item in atlas.ENTRIES]
+
+
+class _Partitioned(Exception):
+    """Stops to_edge_transform_and_lower once both partitioners have tagged the graph."""
+
+
+class BothPartitioners(Partitioner):
+    """Asks both partitioners which ops to keep whole, tags the edge graph with each in turn
+    from an untagged graph, keeps what each tagged (and each one's error), and stops."""
+
+    def __init__(self):
+        super().__init__()
+        self.xnnpack, self.course = XnnpackPartitioner(), edge.CoursePartitioner()
+        self.tagged, self.kept_whole, self.refused = {}, {}, None
+
+    def ops_to_not_decompose(self, program):
+        theirs, their_filter = self.xnnpack.ops_to_not_decompose(program)
+        nodes = [n for n in program.graph.nodes if n.op == "call_function"]
+        self.kept_whole["xnnpack"] = [
+            (n.name, n.target in theirs and their_filter(n)) for n in nodes
+        ]
+        try:
+            mine, my_filter = self.course.ops_to_not_decompose(program)
+            self.kept_whole["course"] = [(n.name, n.target in mine and my_filter(n)) for n in nodes]
+        except NotImplementedError as error:
+            self.refused = str(error)
+        return theirs, their_filter
+
+    def partition(self, program):
+        for name, partitioner in (("xnnpack", self.xnnpack), ("course", self.course)):
+            for node in program.graph.nodes:
+                node.meta.pop("delegation_tag", None)
+                node.meta.pop(IS_IMPLICIT_Q_DQ_TAG, None)
+            try:
+                partitioner.partition(program)
+            except NotImplementedError as error:
+                self.refused = self.refused or str(error)
+                continue
+            groups = {}
+            for node in program.graph.nodes:
+                if "delegation_tag" in node.meta:
+                    groups.setdefault(node.meta["delegation_tag"], set()).add(node.name)
+            folded = {n.name for n in program.graph.nodes if n.meta.get(IS_IMPLICIT_Q_DQ_TAG)}
+            self.tagged[name] = (sorted(sorted(g) for g in groups.values()), folded)
+        raise _Partitioned
+
+
+#: Atlas models CoursePartitioner refuses, and what its error names: an op its table
+#: (common.edge.SUPPORTED, PORTABLE) does not know, or the float linears of a recurrent layer
+#: XNNPACKQuantizer leaves unquantized.
+REFUSED = {
+    "embedding": "embedding.default",
+    "sum": "sum.dim_IntList",
+    "leaky_relu": "leaky_relu.default",
+    "mish": "exp.default",
+    "group_norm": "native_group_norm.default",
+    "upsample_nearest2d": "upsample_nearest2d.vec",
+    "upsample_bilinear2d": "upsample_bilinear2d.vec",
+    "pad": "constant_pad_nd.default",
+    "slice": "slice_copy.Tensor",
+    "lstm": "has a float weight",
+    "gru": "has a float weight",
+}
+
+
+def both(name: str) -> BothPartitioners:
+    item = atlas.entry(name)
+    program = torch.export.export(atlas.quantize(item, "xnnpack"), atlas.example_args(item))
+    partitioners = BothPartitioners()
+    try:
+        to_edge_transform_and_lower(program, partitioner=[partitioners])
+    except _Partitioned:  # both partitioned: compare
+        pass
+    except NotImplementedError as error:  # raised by CoursePartitioner's filter, mid-lowering
+        partitioners.refused = partitioners.refused or str(error)
+    else:
+        pytest.fail("to_edge_transform_and_lower returned before partitioning")
+    return partitioners
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_course_partitioner_agrees_with_xnnpack_on_every_atlas_model(name):
+    partitioners = both(name)
+    if name in REFUSED:
+        assert partitioners.refused and REFUSED[name] in partitioners.refused, (
+            f"CoursePartitioner refuses {name} naming {REFUSED[name]}"
+        )
+        return
+    assert partitioners.refused is None, f"CoursePartitioner refused it: {partitioners.refused}"
+    assert partitioners.kept_whole["course"] == partitioners.kept_whole["xnnpack"]
+    assert partitioners.tagged["course"] == partitioners.tagged["xnnpack"], "the partitions differ"
+
+
+def test_the_atlas_has_at_least_40_ops_each_with_one_model():
+    ops = {item.op for item in atlas.ENTRIES}
+    assert len(ops) >= 40
+    assert len(NAMES) == len(set(NAMES)), "one row per name"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_each_model_exports_with_its_op_in_the_graph(name):
+    item = atlas.entry(name)
+    graph = torch.export.export(item.build(), atlas.example_args(item)).graph
+    assert atlas.nodes_of(item, graph), f"{name}: no node of {item.ops} in the exported graph"
+
+
+def test_an_unknown_entry_names_the_ones_there_are():
+    with pytest.raises(KeyError, match="one of: conv1d, conv2d"):
+        atlas.entry("conv4d")
+
+
+def test_an_unknown_quantizer_names_the_columns():
+    with pytest.raises(ValueError, match="one of: x86, xnnpack, openvino, arm"):
+        atlas.make_quantizer("tosa")
+
+
+def test_the_fused_add_after_a_linear_reads_as_fused_and_runs_as_a_post_op():
+    item = atlas.entry("add · after linear")
+    assert atlas.reported(item, "x86")["status"] == "int8 fused"
+    ran = atlas.x86_runs(item, atlas.quantize(item, "x86"))
+    assert ran["op"].startswith("fused: qlinear_pointwise"), ran
+    assert "add" in ran["op"]
+
+
+def test_a_layer_norm_between_int8_linears_reads_as_float():
+    item = atlas.entry("layer_norm")
+    for quantizer in ("x86", "xnnpack"):
+        assert atlas.reported(item, quantizer)["status"] == "float", quantizer
+        assert atlas.annotation(item, atlas.quantize(item, quantizer)) == "float", quantizer

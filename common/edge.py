@@ -36,6 +36,8 @@ from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, Par
 from torch.export import ExportedProgram
 from torch.fx import GraphModule, Node
 
+from common.lesson import lesson_language
+
 __all__ = [
     "PORTABLE",
     "SUPPORTED",
@@ -652,8 +654,6 @@ class OperatorsRun:
     @property
     def summary(self) -> str:
         """One line per kind, in the language of the lesson that asks (``lesson_language()``)."""
-        from common.cpu import lesson_language
-
         return self.summary_in(lesson_language())
 
     def summary_in(self, lang: str) -> str:

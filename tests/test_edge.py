@@ -412,7 +412,8 @@ class BothPartitioners(Partitioner):
 
 def run(buffer: bytes, x) -> torch.Tensor:
     with contextlib.redirect_stderr(io.StringIO()):  # the runtime's [cpuinfo_utils.cpp] lines
-        method = Runtime.get().load_program(buffer).load_method("forward")
+        program = Runtime.get().load_program(buffer)  # a Method does not keep its Program alive
+        method = program.load_method("forward")
     return method.execute([*x])[0]
 
 

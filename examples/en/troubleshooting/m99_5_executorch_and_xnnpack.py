@@ -221,7 +221,8 @@ assert error.max() < 0.01, "the delegate computes what the q/dq model does"
 # Not weight-only: ``XnnpackPartitioner`` also takes the weight-only model's
 # ``dequantize_affine`` → ``linear`` into a delegate, and that program emits and runs; but on
 # this stack its outputs are far from the ``quantize_`` model's. They are the input times the
-# raw int8 weights plus the bias: the delegate drops the weights' scales. Check the values before you ship such a program.
+# raw int8 weights plus the bias: the delegate drops the weights' scales. Check the values
+# before you ship such a program.
 
 weight = weight_only[0].weight  # torchao's tensor subclass: int8 ``qdata``, one scale a row
 out = run(lowered(weight_only, tokens).buffer, tokens)

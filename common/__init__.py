@@ -1,7 +1,7 @@
 """Helpers shared by the pt2e-course lessons, one job per module.
 
-- ``atlas``: the op atlas: one small model per op, through every quantizer, to what ran it.
 - ``aoti``: AOTInductor packages compiled once, cached by what made them; the kernels they call.
+- ``atlas``: the op atlas: one small model per op, through every quantizer, to what ran it.
 - ``charts``: the course's look for charts and printed tables (CJK fonts, display widths).
 - ``coverage``: what a PT2E quantizer leaves in float, op by op, and why.
 - ``cpu``: what this CPU gives int8 kernels (ISA, VNNI, AMX), and a step run under another ISA.

@@ -22,7 +22,8 @@ CPU 外掛實際執行的精度。表中每一格都讀自實際的執行，並�
 - 怎麼把你自己的運算交給同一套流程（ ``common.atlas`` ）
 
 **先備知識**： :ref:`M07-1 · 我的 quantizer 會把什麼留在浮點數？
-<sphx_glr_lessons_m07_your_model_m07_1_what_stays_float.py>`、 :ref:`M07-3 · 同一張圖，跑遍這台機器上的每個 quantizer
+<sphx_glr_lessons_m07_your_model_m07_1_what_stays_float.py>`、
+:ref:`M07-3 · 同一張圖，跑遍這台機器上的每個 quantizer
 <sphx_glr_lessons_m07_your_model_m07_3_every_quantizer.py>`。
 """
 
@@ -84,7 +85,8 @@ assert after == {"gelu": "int8 fused", "gelu · after conv": "float"}, "GELU 只
 # 讀出：oneDNN kernel 與 oneDNN 實際執行的 post-op、 ``loop u8→u8`` （夾在 dequantize 與
 # quantize 之間的運算：inductor 的迴圈直接讀寫 uint8）、浮點數 kernel，或 ``loop fp32``
 # （inductor 的浮點數迴圈）；lowering 會分解的運算（attention、循環層）則列出它的模型執行的
-# 浮點數 kernel，其中包括它周圍的 3-D linear（lowering 把它們留給 ``aten::addmm`` ）。 **XNNPACK node** ：在 XNNPACK delegate 裡，或在 ExecuTorch 的
+# 浮點數 kernel，其中包括它周圍的 3-D linear（lowering 把它們留給 ``aten::addmm`` ）。
+# **XNNPACK node** ：在 XNNPACK delegate 裡，或在 ExecuTorch 的
 # portable kernel 上。 **OpenVINO ran** ：OpenVINO 的 CPU 外掛以什麼精度執行這個運算的層
 # （浮點數層在有 bf16 的 CPU 上用 bf16，否則用 f32）。 **Arm** ：只有標註：x86 機器上沒有
 # 東西能執行 Arm 的 int8 圖（M07-3）。
@@ -309,7 +311,9 @@ assert "layer_norm" in portable, "XNNPACK 沒有 layer norm"
 # ------------------------
 # OpenVINO 的 CPU 外掛以 u8 執行每個 conv 與 linear。它的執行期模型還顯示了標註看不出的事：
 # 有些 NNCF 沒有量化的運算照樣以 u8 執行（外掛把量化移過它們，或把它們融合進前面的 conv），
-# 而標註為 int8 的 conv_transpose2d 卻以浮點數執行。
+# 而標註為 int8 的 conv_transpose2d 卻以浮點數執行。 ``OpenVINOQuantizer`` 本身則在四個模型上
+# 失敗：layer_norm 與 group_norm 在校準時（它放在正規化層 1-D weight 上的 observer 出錯：
+# ``IndexError`` ），循環層在量化時（ ``TypeError`` ）。
 
 openvino = {n: r["openvino"] for n, r in results.items()}
 for name in ("conv2d", "linear", "conv1d"):
@@ -320,6 +324,8 @@ assert status(transposed) == "int8 static", "標註為 int8"
 assert "u8" not in transposed["precisions"].values(), "以浮點數執行"
 refused = {n: r["error"] for n, r in openvino.items() if "error" in r}
 print(refused)
+assert set(refused) == {"layer_norm", "group_norm", "lstm", "gru"}
+assert refused["layer_norm"].startswith("IndexError"), "正規化層在校準時失敗"
 
 # %%
 # ``ArmInductorQuantizer`` 繼承 ``X86InductorQuantizer`` ，配方較窄、設定是自己的（int8

@@ -2,6 +2,7 @@
 
 import contextlib
 import copy
+import gc
 import os
 import statistics
 import time
@@ -135,6 +136,17 @@ def _threads(count: int):
         torch.set_num_threads(before)
 
 
+@contextlib.contextmanager
+def _no_gc():
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _percentile(values: list, q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
@@ -252,8 +264,11 @@ def _measure(models: dict, args: tuple, rounds: int, warmup: int, count: int) ->
     labels = list(models)
     spent = {label: [] for label in labels}
     clock = _clock(count)
-    # While the site is built, no other process of the build computes meanwhile (``alone``).
-    with _threads(count), torch.no_grad(), alone():
+    # While the site is built, no other process of the build computes meanwhile (``alone``);
+    # no garbage collection inside a timed call, as timeit does (the build's process holds
+    # every page read so far: a full collection there takes longer than a 2 ms int8 call).
+    gc.collect()
+    with _threads(count), torch.no_grad(), alone(), _no_gc():
         for index in range(warmup + rounds):
             for label in labels:  # always this order (compare_speed says why)
                 start = clock()

@@ -641,7 +641,7 @@ class OperatorsRun:
         )
 
     @property
-    def float(self) -> Counter:
+    def float_only(self) -> Counter:
         """XNNPACK's operators on float data only (``F32``, ``F16``)."""
         return Counter(
             {
@@ -672,7 +672,7 @@ class OperatorsRun:
             return ", ".join(f"{op} ×{n}" for op, n in sorted(ops.items())) or none
 
         return (
-            f"XNNPACK int8: {listed(self.int8)}\nXNNPACK float: {listed(self.float)}\n"
+            f"XNNPACK int8: {listed(self.int8)}\nXNNPACK float: {listed(self.float_only)}\n"
             f"{portable}: {listed(self.portable)}"
         )
 

@@ -676,7 +676,7 @@ def test_a_bounded_dynamic_batch_runs_at_both_ends_and_refuses_the_next():
     with pytest.raises(AssertionError, match=r"Guard failed: x.size\(\)\[0\] <= 4"):
         qdq(torch.randn(5, 6, 48))
     run = edge.operators_run(program.buffer, [torch.randn(3, 6, 48)])
-    assert run.int8 and not run.float and not run.portable, run.summary_in("en")
+    assert run.int8 and not run.float_only and not run.portable, run.summary_in("en")
 
 
 def test_load_check_names_the_node_xnnpack_refuses():

@@ -291,7 +291,7 @@ for size in (1, MAX_BATCH):
 for size in (1, MAX_BATCH):
     operators = operators_run(program.buffer, [clips(size)])
     print(f"batch {size}:\n{operators.summary}")
-    assert operators.int8 and not operators.float and not operators.portable, "all int8"
+    assert operators.int8 and not operators.float_only and not operators.portable, "all int8"
 
 # %%
 # Step 5 — Memory planned for the largest batch

@@ -283,7 +283,7 @@ for size in (1, MAX_BATCH):
 for size in (1, MAX_BATCH):
     operators = operators_run(program.buffer, [clips(size)])
     print(f"批次 {size}：\n{operators.summary}")
-    assert operators.int8 and not operators.float and not operators.portable, "全部是 int8"
+    assert operators.int8 and not operators.float_only and not operators.portable, "全部是 int8"
 
 # %%
 # 步驟 5 — 依最大批次規劃的記憶體

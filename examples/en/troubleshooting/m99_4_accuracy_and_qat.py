@@ -154,6 +154,83 @@ with torch.no_grad():
 assert all(torch.equal(a, b) for a, b in zip(frozen, scales(qat), strict=True)), "no scale moved"
 
 # %%
+# RuntimeError: !argument.default_value() INTERNAL ASSERT FAILED
+# ---------------------------------------------------------------
+# Reported from ``_fuse_conv_bn_`` (`pytorch/pytorch#126140
+# <https://github.com/pytorch/pytorch/issues/126140>`_): a conv + batch norm program saved
+# with ``torch.export.save`` and loaded again failed once its BatchNorm was folded, so
+# quantizing a loaded program failed too. On this site's stack it is gone: the loaded program
+# folds, prepares and converts, and the int8 model has no batch norm left.
+
+import io
+
+from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+    XNNPACKQuantizer,
+    get_symmetric_quantization_config,
+)
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+from torchao.quantization.pt2e.utils import _fuse_conv_bn_
+
+from common.edge import xnnpack_quantizer
+
+float_model = get_model("conv_bn_relu").eval()
+saved = io.BytesIO()
+torch.export.save(torch.export.export(float_model, x), saved)
+loaded = torch.export.load(io.BytesIO(saved.getvalue())).module()
+_fuse_conv_bn_(loaded)  # the call the report names
+torch.testing.assert_close(loaded(*x), float_model(*x), rtol=1e-4, atol=1e-5)
+prepared = prepare_pt2e(
+    torch.export.load(io.BytesIO(saved.getvalue())).module(), xnnpack_quantizer()
+)
+prepared(*x)
+int8_model = convert_pt2e(prepared)
+assert not int8_model.graph.find_nodes(op="call_function", target=BATCH_NORM), "folded"
+print("saved, loaded, folded and quantized: no assert")
+
+# %%
+# **Fix**: none needed on torch 2.13 / torchao 0.18. On an older stack, quantize the program
+# you exported, not one you loaded.
+
+# %%
+# RuntimeError: Error(s) in loading state_dict for GraphModule:
+# ------------------------------------------------------------
+# A QAT run saved with ``state_dict()`` does not load into a model prepared differently: the
+# graph's keys come from the model's module names (here the same model inside an
+# ``nn.Sequential``, as a training wrapper adds a prefix), and the fake quantizes' names
+# (``activation_post_process_N``) from the quantizer, its config and the example input.
+
+xnnpack_qat = get_symmetric_quantization_config(is_qat=True)
+saved_run = prepare_qat_pt2e(
+    torch.export.export(get_model("conv_bn_relu").train(), x).module(),
+    XNNPACKQuantizer().set_global(xnnpack_qat),
+)
+saved_run(*x)  # one training step's observations
+checkpoint = saved_run.state_dict()
+wrapped = torch.nn.Sequential(get_model("conv_bn_relu"))  # as a training wrapper does
+other = prepare_qat_pt2e(
+    torch.export.export(wrapped.train(), x).module(),
+    XNNPACKQuantizer().set_global(xnnpack_qat),
+)
+with expect_error(RuntimeError, match="Error(s) in loading state_dict"):
+    other.load_state_dict(checkpoint)
+
+# %%
+# **Fix**: rebuild the prepared model exactly as the run that saved it (same model code,
+# example input, quantizer and config), load the state dict (and the optimizer's), then apply
+# the schedule's graph changes again (a frozen BatchNorm is an argument in the graph, not a
+# buffer). The scales come back with it. Explained, resumed bit for bit in a fresh process, in
+# :ref:`M04-4 · QAT on a real architecture
+# <sphx_glr_lessons_m04_accuracy_m04_4_qat_real_architecture.py>`.
+
+same = prepare_qat_pt2e(
+    torch.export.export(get_model("conv_bn_relu").train(), x).module(),
+    XNNPACKQuantizer().set_global(xnnpack_qat),
+)
+same.load_state_dict(checkpoint)
+restored = same.state_dict()
+assert all(torch.equal(restored[k], v) for k, v in checkpoint.items()), "every scale and statistic"
+
+# %%
 # int8 results differ from the simulated model on a CPU without VNNI
 # ------------------------------------------------------------------
 # The lowered int8 model (real oneDNN kernels) should agree with the q/dq model to rounding.

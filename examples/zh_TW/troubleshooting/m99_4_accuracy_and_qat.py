@@ -151,6 +151,82 @@ with torch.no_grad():
 assert all(torch.equal(a, b) for a, b in zip(frozen, scales(qat), strict=True)), "沒有 scale 改變"
 
 # %%
+# RuntimeError: !argument.default_value() INTERNAL ASSERT FAILED
+# ---------------------------------------------------------------
+# 有人回報它來自 ``_fuse_conv_bn_``（`pytorch/pytorch#126140
+# <https://github.com/pytorch/pytorch/issues/126140>`_）：用 ``torch.export.save`` 存下、再
+# 載入的 conv + batch norm program，折疊 BatchNorm 之後就執行失敗，所以量化載入的 program 也會
+# 失敗。在本站的套件版本上它已經消失：載入的 program 可以折疊、prepare、convert，int8 模型裡
+# 也不再有 batch norm。
+
+import io
+
+from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+    XNNPACKQuantizer,
+    get_symmetric_quantization_config,
+)
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+from torchao.quantization.pt2e.utils import _fuse_conv_bn_
+
+from common.edge import xnnpack_quantizer
+
+float_model = get_model("conv_bn_relu").eval()
+saved = io.BytesIO()
+torch.export.save(torch.export.export(float_model, x), saved)
+loaded = torch.export.load(io.BytesIO(saved.getvalue())).module()
+_fuse_conv_bn_(loaded)  # the call the report names
+torch.testing.assert_close(loaded(*x), float_model(*x), rtol=1e-4, atol=1e-5)
+prepared = prepare_pt2e(
+    torch.export.load(io.BytesIO(saved.getvalue())).module(), xnnpack_quantizer()
+)
+prepared(*x)
+int8_model = convert_pt2e(prepared)
+assert not int8_model.graph.find_nodes(op="call_function", target=BATCH_NORM), "folded"
+print("存檔、載入、折疊、量化：沒有 assert 失敗")
+
+# %%
+# **修正**：在 torch 2.13／torchao 0.18 上不需要。在較舊的版本上，量化你自己匯出的
+# program，而不是載入的那一份。
+
+# %%
+# RuntimeError: Error(s) in loading state_dict for GraphModule:
+# ------------------------------------------------------------
+# 用 ``state_dict()`` 存下的 QAT 訓練，載入不了用不同方式 prepare 的模型：fake quantize 的
+# 名稱（``activation_post_process_N``）取決於 quantizer、它的設定與範例輸入；graph 的 key
+# 則來自模型的模組名稱（這裡把同一個模型放進 ``nn.Sequential``，就像訓練用的包裝會加上
+# 前綴）。
+
+xnnpack_qat = get_symmetric_quantization_config(is_qat=True)
+saved_run = prepare_qat_pt2e(
+    torch.export.export(get_model("conv_bn_relu").train(), x).module(),
+    XNNPACKQuantizer().set_global(xnnpack_qat),
+)
+saved_run(*x)  # one training step's observations
+checkpoint = saved_run.state_dict()
+wrapped = torch.nn.Sequential(get_model("conv_bn_relu"))  # as a training wrapper does
+other = prepare_qat_pt2e(
+    torch.export.export(wrapped.train(), x).module(),
+    XNNPACKQuantizer().set_global(xnnpack_qat),
+)
+with expect_error(RuntimeError, match="Error(s) in loading state_dict"):
+    other.load_state_dict(checkpoint)
+
+# %%
+# **修正**：完全照存檔那次訓練的方式重建 prepare 後的模型（同樣的模型程式碼、範例輸入、
+# quantizer 與設定），載入 state dict（以及 optimizer 的），再套用一次排程對 graph 的修改
+# （凍結的 BatchNorm 是 graph 裡的參數，不是 buffer）。scale 會跟著回來。說明，以及在全新
+# process 裡逐位元一致地接著跑，見 :ref:`M04-4 · 在真實架構上做 QAT
+# <sphx_glr_lessons_m04_accuracy_m04_4_qat_real_architecture.py>`。
+
+same = prepare_qat_pt2e(
+    torch.export.export(get_model("conv_bn_relu").train(), x).module(),
+    XNNPACKQuantizer().set_global(xnnpack_qat),
+)
+same.load_state_dict(checkpoint)
+restored = same.state_dict()
+assert all(torch.equal(restored[k], v) for k, v in checkpoint.items()), "每個 scale 與統計值"
+
+# %%
 # 在沒有 VNNI 的 CPU 上，int8 結果和模擬的模型不同
 # ------------------------------------------------
 # lowering 後的 int8 模型（真正的 oneDNN kernel）應該和 q/dq 模型只差在捨入。有 VNNI（或 AMX）

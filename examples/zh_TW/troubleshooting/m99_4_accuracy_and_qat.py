@@ -151,9 +151,10 @@ with torch.no_grad():
 assert all(torch.equal(a, b) for a, b in zip(frozen, scales(qat), strict=True)), "沒有 scale 改變"
 
 # %%
-# RuntimeError: !argument.default_value() INTERNAL ASSERT FAILED
-# ---------------------------------------------------------------
-# 有人回報它來自 ``_fuse_conv_bn_``（`pytorch/pytorch#126140
+# 對 ``torch.export.load`` 載入的 program 呼叫 ``_fuse_conv_bn_`` 失敗
+# -----------------------------------------------------------------
+# ``RuntimeError: !argument.default_value() INTERNAL ASSERT FAILED``，有人回報它來自
+# ``_fuse_conv_bn_``（`pytorch/pytorch#126140
 # <https://github.com/pytorch/pytorch/issues/126140>`_）：用 ``torch.export.save`` 存下、再
 # 載入的 conv + batch norm program，折疊 BatchNorm 之後就執行失敗，所以量化載入的 program 也會
 # 失敗。在本站的套件版本上它已經消失：載入的 program 可以折疊、prepare、convert，int8 模型裡
@@ -175,7 +176,14 @@ saved = io.BytesIO()
 torch.export.save(torch.export.export(float_model, x), saved)
 loaded = torch.export.load(io.BytesIO(saved.getvalue())).module()
 _fuse_conv_bn_(loaded)  # the call the report names
-torch.testing.assert_close(loaded(*x), float_model(*x), rtol=1e-4, atol=1e-5)
+difference = (loaded(*x) - float_model(*x)).abs().max().item()
+assert difference < 1e-4, "gone: the loaded program folds and runs as the float model"
+
+# %%
+# **修正**：在 torch 2.13／torchao 0.18 上不需要：載入的 program 可以照
+# :ref:`M01-1 · PT2E 全流程 <sphx_glr_lessons_m01_quantized_graphs_m01_1_pt2e_flow.py>`
+# 的方式量化。在較舊的版本上，量化你自己匯出的 program，而不是載入的那一份。
+
 prepared = prepare_pt2e(
     torch.export.load(io.BytesIO(saved.getvalue())).module(), xnnpack_quantizer()
 )
@@ -183,10 +191,6 @@ prepared(*x)
 int8_model = convert_pt2e(prepared)
 assert not int8_model.graph.find_nodes(op="call_function", target=BATCH_NORM), "folded"
 print("存檔、載入、折疊、量化：沒有 assert 失敗")
-
-# %%
-# **修正**：在 torch 2.13／torchao 0.18 上不需要。在較舊的版本上，量化你自己匯出的
-# program，而不是載入的那一份。
 
 # %%
 # RuntimeError: Error(s) in loading state_dict for GraphModule:

@@ -1089,7 +1089,13 @@ def x86_compiled(item: Entry) -> dict:
 
         converted = quantize(item, "x86")
         args = example_args(item)
-        with torch.no_grad(), torch._inductor.config.patch(freezing=True):
+        with (
+            torch.no_grad(),
+            torch._inductor.config.patch(freezing=True),
+            warnings.catch_warnings(),
+        ):
+            # inductor's int8 lowering copies a zero point with torch.tensor(tensor): a warning
+            warnings.filterwarnings("ignore", "To copy construct from a tensor", UserWarning)
             compiled = torch.compile(converted)
             compiled(*args)  # the compile, with freezing in force
             ran = kernels_run(compiled, args)

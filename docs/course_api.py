@@ -35,6 +35,7 @@ API_ORDER = (
     "common.aoti",
     "common.numerics",
     "common.data",
+    "common.qat",
     "common.coverage",
     "common.atlas",
     "common.charts",

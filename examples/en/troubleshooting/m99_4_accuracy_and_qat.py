@@ -198,7 +198,7 @@ print("saved, loaded, folded and quantized: no assert")
 
 # %%
 # RuntimeError: Error(s) in loading state_dict for GraphModule:
-# ------------------------------------------------------------
+# -------------------------------------------------------------
 # A QAT run saved with ``state_dict()`` does not load into a model prepared differently: the
 # graph's keys come from the model's module names (here the same model inside an
 # ``nn.Sequential``, as a training wrapper adds a prefix), and the fake quantizes' names

@@ -499,7 +499,7 @@ assert near < far / 10, "ten times closer to the float model"
 
 # %%
 # RuntimeError: method->set_inputs() for method \'forward\' failed with error 0x10
-# -------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------
 # A ``.pte`` runs at the batch it was exported with and fails at another. Just before, the
 # runtime logs why: ``Attempted to resize a static tensor``, with the expected and received
 # shapes (reported as "Attempted to resize a static tensor to a new shape at dimension 0",

@@ -26,7 +26,7 @@ runtime 上執行。
 # %%
 # 準備
 # ----
-# ``common.qat.digits_mobilenet_v2`` 是 ``common.vision_models.MobileNetV2``（torchvision 的
+# ``common.qat.digits_mobilenet_v2`` 是 ``common.vision_models.MobileNetV2`` （torchvision 的
 # 程式碼），``width_mult=0.5``、只取前五個 stage、第一個 conv 改成單通道，前面接一個 4 倍的
 # 最近鄰放大：8×8 的數字變成 32×32 的影像。它在單一執行緒上以確定性的方式訓練 8 個 epoch，
 # 並依程式碼、套件版本與 CPU 的 kernel 路徑快取。
@@ -179,7 +179,7 @@ assert kinds["BatchNorm statistics"] == 2 * modules
 
 # %%
 # 步驟 4 — 第 2 個 epoch：凍結 observer 與 BatchNorm 統計值
-# --------------------------------------------------------
+# ---------------------------------------------------------
 # 最後一個 epoch 兩者都凍結，和 M04-3 一樣：scale 不再移動，每個 BatchNorm 都用
 # ``convert_pt2e`` 之後會折疊進 conv 的 running 統計值來正規化，所以 weight 是對著 int8 模型
 # 將來的折疊結果訓練的。``disable_observer`` 改的是 buffer（在 checkpoint 裡）；凍結
@@ -279,7 +279,7 @@ assert error <= step / 2 + 1e-6
 
 # %%
 # 步驟 7 — QAT 模型在手機的 runtime 上
-# -----------------------------------
+# ------------------------------------
 # q/dq 模型照 M06 的方式 lower（``XnnpackPartitioner``：連放大也一起 delegate），成為
 # ``.pte``。ExecuTorch runtime 一次一張，分類 500 張測試影像。
 
@@ -334,7 +334,7 @@ fig.tight_layout()
 # ----
 # - 在 MobileNetV2 上，QAT 排程和 M04-3 一樣：先一個 epoch 讓 observer 與 BatchNorm 統計值
 #   都更新，再兩者都凍結；``convert_pt2e`` 用凍結的統計值折疊每一個 BatchNorm。
-# - QAT checkpoint 就是 prepare 後模型的 ``state_dict``（weight、BatchNorm 統計值、
+# - QAT checkpoint 就是 prepare 後模型的 ``state_dict`` （weight、BatchNorm 統計值、
 #   fake quantize 的 scale 與 zero point、observer 狀態）加上 optimizer 的。接著跑的方法：
 #   用同樣的方式 prepare、兩者都載入、再套用一次排程對 graph 的修改。
 # - 帶 ``is_qat=True`` 的 ``XNNPACKQuantizer``，和 PTQ 的模型一樣 lower 成 ``.pte``。

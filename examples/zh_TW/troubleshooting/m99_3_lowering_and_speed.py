@@ -210,7 +210,7 @@ torch.set_num_threads(threads)
 
 # %%
 # AOTInductor 封裝檔執行的是 float conv（編譯時沒有 freezing）
-# -----------------------------------------------------------
+# ------------------------------------------------------------
 # ``aoti_compile_and_package`` 編譯 convert 之後的模型時沒有任何錯誤，封裝檔能載入、輸出也
 # 正確，卻沒有執行任何 int8 kernel：它的 conv 是 float 的，而且不會有任何提示
 # （pytorch/ao#4566，仍未關閉）。以 ``kernel_profile=True`` 編譯時，載入的封裝檔在 profiler

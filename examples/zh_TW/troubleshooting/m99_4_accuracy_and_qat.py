@@ -152,9 +152,9 @@ assert all(torch.equal(a, b) for a, b in zip(frozen, scales(qat), strict=True)),
 
 # %%
 # 對 ``torch.export.load`` 載入的 program 呼叫 ``_fuse_conv_bn_`` 失敗
-# -----------------------------------------------------------------
+# --------------------------------------------------------------------
 # ``RuntimeError: !argument.default_value() INTERNAL ASSERT FAILED``，有人回報它來自
-# ``_fuse_conv_bn_``（`pytorch/pytorch#126140
+# ``_fuse_conv_bn_`` （`pytorch/pytorch#126140
 # <https://github.com/pytorch/pytorch/issues/126140>`_）：用 ``torch.export.save`` 存下、再
 # 載入的 conv + batch norm program，折疊 BatchNorm 之後就執行失敗，所以量化載入的 program 也會
 # 失敗。在本站的套件版本上它已經消失：載入的 program 可以折疊、prepare、convert，int8 模型裡
@@ -194,7 +194,7 @@ print("存檔、載入、折疊、量化：沒有 assert 失敗")
 
 # %%
 # RuntimeError: Error(s) in loading state_dict for GraphModule:
-# ------------------------------------------------------------
+# -------------------------------------------------------------
 # 用 ``state_dict()`` 存下的 QAT 訓練，載入不了用不同方式 prepare 的模型：fake quantize 的
 # 名稱（``activation_post_process_N``）取決於 quantizer、它的設定與範例輸入；graph 的 key
 # 則來自模型的模組名稱（這裡把同一個模型放進 ``nn.Sequential``，就像訓練用的包裝會加上

@@ -485,7 +485,7 @@ assert near < far / 10, "離浮點模型近了十倍"
 
 # %%
 # RuntimeError: method->set_inputs() for method \'forward\' failed with error 0x10
-# -------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------
 # ``.pte`` 在匯出時的批次大小下能執行，換一個批次大小就失敗。在這之前，執行環境的紀錄寫著原因：
 # ``Attempted to resize a static tensor`` ，附上預期與收到的形狀（回報時的訊息是「Attempted
 # to resize a static tensor to a new shape at dimension 0」，executorch#1350、#9749）；以有

@@ -666,14 +666,15 @@ class OperatorsRun:
         portable: none
         """
         none = "無" if lang == "zh_TW" else "none"
-        portable = "portable 核心" if lang == "zh_TW" else "portable"
+        # zh: the glossary's 「kernel」 (核心 is a CPU core) and a full-width colon after it
+        portable = "portable kernel：" if lang == "zh_TW" else "portable: "
 
         def listed(ops: Counter) -> str:
             return ", ".join(f"{op} ×{n}" for op, n in sorted(ops.items())) or none
 
         return (
             f"XNNPACK int8: {listed(self.int8)}\nXNNPACK float: {listed(self.float_only)}\n"
-            f"{portable}: {listed(self.portable)}"
+            f"{portable}{listed(self.portable)}"
         )
 
 

@@ -26,7 +26,11 @@ QUERIES = {
         ],
         "量化感知訓練": ["lessons/m04_accuracy/m04_3_qat"],
         "捨入": ["lessons/m01_quantized_graphs/m01_2_qdq_numbers"],
-        "不報錯的失敗": ["lessons/troubleshooting/m99_2_prepare_and_convert"],
+        # m99_2 is about them; m99_5's Conv1d(padding="same") entry is one too
+        "不報錯的失敗": [
+            "lessons/troubleshooting/m99_2_prepare_and_convert",
+            "lessons/troubleshooting/m99_5_executorch_and_xnnpack",
+        ],
         # m99_5's entries that are symptoms, not messages (those: test_troubleshooting.py)
         "區段錯誤": ["lessons/troubleshooting/m99_5_executorch_and_xnnpack"],
         "GRU": ["lessons/troubleshooting/m99_5_executorch_and_xnnpack"],

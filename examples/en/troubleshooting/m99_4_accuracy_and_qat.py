@@ -223,9 +223,8 @@ with expect_error(RuntimeError, match="Error(s) in loading state_dict"):
 # **Fix**: rebuild the prepared model exactly as the run that saved it (same model code,
 # example input, quantizer and config), load the state dict (and the optimizer's), then apply
 # the schedule's graph changes again (a frozen BatchNorm is an argument in the graph, not a
-# buffer). The scales come back with it. Explained, resumed bit for bit in a fresh process, in
-# :ref:`M04-4 · QAT on a real architecture
-# <sphx_glr_lessons_m04_accuracy_m04_4_qat_real_architecture.py>`.
+# buffer). The scales come back with it. The QAT schedule itself is
+# :ref:`M04-3 · Quantization-aware training <sphx_glr_lessons_m04_accuracy_m04_3_qat.py>`.
 
 same = prepare_qat_pt2e(
     torch.export.export(get_model("conv_bn_relu").train(), x).module(),

@@ -177,7 +177,7 @@ torch.export.save(torch.export.export(float_model, x), saved)
 loaded = torch.export.load(io.BytesIO(saved.getvalue())).module()
 _fuse_conv_bn_(loaded)  # the call the report names
 difference = (loaded(*x) - float_model(*x)).abs().max().item()
-assert difference < 1e-4, "gone: the loaded program folds and runs as the float model"
+assert difference < 1e-4, "問題已不存在：載入的 program 能折疊，且和浮點數模型算出一樣的結果"
 
 # %%
 # **修正**：在 torch 2.13／torchao 0.18 上不需要：載入的 program 可以照
@@ -218,9 +218,8 @@ with expect_error(RuntimeError, match="Error(s) in loading state_dict"):
 # %%
 # **修正**：完全照存檔那次訓練的方式重建 prepare 後的模型（同樣的模型程式碼、範例輸入、
 # quantizer 與設定），載入 state dict（以及 optimizer 的），再套用一次排程對 graph 的修改
-# （凍結的 BatchNorm 是 graph 裡的參數，不是 buffer）。scale 會跟著回來。說明，以及在全新
-# process 裡逐位元一致地接著跑，見 :ref:`M04-4 · 在真實架構上做 QAT
-# <sphx_glr_lessons_m04_accuracy_m04_4_qat_real_architecture.py>`。
+# （凍結的 BatchNorm 是 graph 裡的參數，不是 buffer）。scale 會跟著回來。QAT 排程本身見
+# :ref:`M04-3 · 量化感知訓練 <sphx_glr_lessons_m04_accuracy_m04_3_qat.py>`。
 
 same = prepare_qat_pt2e(
     torch.export.export(get_model("conv_bn_relu").train(), x).module(),

@@ -1,4 +1,4 @@
-"""A real architecture for QAT (issue #44, its lesson not yet on the site) and a QAT run that can stop and resume in another process.
+"""A real architecture for QAT (its lesson is not on the site yet) and a QAT run that resumes.
 
 A QAT run resumed from a checkpoint must rebuild the prepared model *the same way* as the run
 that saved it: the same model, the same example input, the same quantizer. The pieces that

@@ -160,9 +160,10 @@ else:
 # 的 kernel（ ``kernels_run`` ，M03-4）。
 
 torch._dynamo.reset()
+torch._inductor.config.freezing = True  # 設定給整個 process：重新編譯時仍保有它（m99_3）
 compiles = torch._dynamo.utils.counters["stats"]
 before = compiles["unique_graphs"]
-with torch.no_grad(), torch._inductor.config.patch(freezing=True):
+with torch.no_grad():
     compiled = torch.compile(x86_model, dynamic=False)
     ran = {}
     for size in (1, MAX_BATCH):
@@ -182,7 +183,7 @@ assert all(r.int8 and not r.float for r in ran.values()), "兩種大小都以 in
 # ``torch.compile`` 來說，可行的做法是分別編譯幾種批次大小，或把輸入補齊到這些大小。
 
 torch._dynamo.reset()
-with torch.no_grad(), torch._inductor.config.patch(freezing=True):
+with torch.no_grad():
     symbolic = torch.compile(x86_model, dynamic=True)
     with expect_error(AssertionError, match="expected size"):
         symbolic(clips(2))

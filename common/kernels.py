@@ -15,7 +15,9 @@ API:
   ``.post_ops``: ``{name: Counter({"add": 1, "gelu": 1})}``, the fused post-ops of that
   kernel's calls as oneDNN named them at run time (``binary_add`` and ``sum``, its
   accumulate into the output, -> ``add``; ``eltwise_gelu_erf`` -> ``gelu``), None when
-  oneDNN's log could not be paired with the profiler's calls; ``.summary``: ``int8:
+  oneDNN's log could not be paired with the profiler's calls; ``.implementations``: the
+  implementation oneDNN ran each call with (``{name: Counter({"ref_int8:any": 1})}``, its slow
+  reference code when no optimized one takes the call's layouts); ``.summary``: ``int8:
   onednn::qlinear_pointwise ×2 (+add ×1, +gelu ×1); float: none``.
 - ``time_by_kind(model, args)``: where a call's time goes, int8, float or other.
 
@@ -88,12 +90,17 @@ class KernelsRun:
             paired with the profiler's calls, or a ``KernelsRun`` built by hand).
         warmed_up: the first profiled call compiled (after ``torch._dynamo.reset()``, a new
             shape, a new grad mode), so these are the kernels of the call after it.
+        implementations: for each oneDNN int8 kernel, the implementations oneDNN executed its
+            calls with, counted, as its verbose log names them (``brg_matmul:avx512_core_amx``,
+            ``gemm:jit``; ``ref_int8:any`` is its slow reference code, taken when no optimized
+            one accepts the call's layouts); None when ``post_ops`` is.
     """
 
     int8: Counter
     float: Counter
     post_ops: dict | None = field(default=None, compare=False)
     warmed_up: bool = field(default=False, compare=False)
+    implementations: dict | None = field(default=None, compare=False)
 
     @property
     def summary(self) -> str:
@@ -176,7 +183,9 @@ def kernels_run(model, args: tuple) -> KernelsRun:
             "shape, a grad mode that flips). torch._logging.set_logs(recompiles=True) names "
             "the guard; kernels_run reads a call that runs compiled code"
         )
-    return KernelsRun(run.int8, run.float, run.post_ops, warmed_up=True)
+    return KernelsRun(
+        run.int8, run.float, run.post_ops, warmed_up=True, implementations=run.implementations
+    )
 
 
 def _compiles() -> tuple:
@@ -200,10 +209,12 @@ def _profiled(model, args: tuple) -> KernelsRun | None:
         return None
     names = [event.name for event in profile.events()]
     int8 = [n for n in names if _is_int8(n)]
+    paired = _paired(int8, log.lines)
     return KernelsRun(
         int8=Counter(int8),
         float=Counter(n for n in names if n in FLOAT_KERNELS),
-        post_ops=_paired(int8, log.lines),
+        post_ops=paired and paired[0],
+        implementations=paired and paired[1],
     )
 
 
@@ -240,9 +251,10 @@ def _post_ops(line: str) -> list[str]:
     return ops
 
 
-def _paired(int8: list[str], lines: list[str]) -> dict | None:
+def _paired(int8: list[str], lines: list[str]) -> tuple[dict, dict] | None:
     """Each oneDNN int8 kernel call of the profiler, in order, with the int8 primitive oneDNN
-    executed for it, in order; None when the two lists do not pair one to one."""
+    executed for it, in order: the post-ops and the implementations of each kernel's calls;
+    None when the two lists do not pair one to one."""
     calls = [n for n in int8 if n.startswith("onednn::q")]
     executed = []
     for line in lines:
@@ -251,17 +263,19 @@ def _paired(int8: list[str], lines: list[str]) -> dict | None:
             continue
         kind, descriptors = fields[5], fields[8]
         if kind in _PRIMITIVES and re.search(r"src:[us]8", descriptors):
-            executed.append((_PRIMITIVES[kind], _post_ops(line)))
+            executed.append((_PRIMITIVES[kind], _post_ops(line), fields[6]))
     if len(executed) != len(calls) or not all(
-        call.startswith(prefix) for call, (prefix, _) in zip(calls, executed, strict=True)
+        call.startswith(prefix) for call, (prefix, _, _) in zip(calls, executed, strict=True)
     ):
         return None
     found: dict[str, Counter] = {}
-    for call, (_, ops) in zip(calls, executed, strict=True):
+    implementations: dict[str, Counter] = {}
+    for call, (_, ops, implementation) in zip(calls, executed, strict=True):
         found.setdefault(call, Counter())
+        implementations.setdefault(call, Counter())[implementation] += 1
         if ops:
             found[call]["+".join(ops)] += 1
-    return found
+    return found, implementations
 
 
 class _Log:

@@ -88,6 +88,16 @@ def test_a_fused_add_and_a_plain_linear_do_not_print_the_same_line():
 
 
 @pytest.mark.usefixtures("freezing")
+def test_the_implementation_onednn_ran_is_read_beside_the_post_ops():
+    model, x = int8_linears(add=True)
+    with torch.no_grad():
+        model(*x)
+        ran = kernels_run(model, x)
+    (found,) = ran.implementations.values()  # e.g. brg_matmul:avx512_core_amx, gemm:jit
+    assert sum(found.values()) == 2 and all(":" in name for name in found), found
+
+
+@pytest.mark.usefixtures("freezing")
 def test_after_a_dynamo_reset_an_int8_model_shows_no_float_kernel():
     """The call after reset compiles: the compiler's own aten::addmm/mm are not reported."""
     model, x = int8_linears(add=False)

@@ -3,6 +3,7 @@
 import contextlib
 import copy
 import gc
+import math
 import os
 import statistics
 import time
@@ -22,7 +23,9 @@ __all__ = [
     "Timing",
     "Timings",
     "compare_speed",
+    "median_interval",
     "race",
+    "ratio_interval",
     "timing_key",
     "timing_threads",
 ]
@@ -50,17 +53,61 @@ class Timing:
         low: the 10th percentile.
         high: the 90th percentile.
         rounds: how many calls were timed.
+        median_low: the low end of the median's 95 % confidence interval.
+        median_high: its high end (``median_interval`` says how they are found).
     """
 
     median: float
     low: float
     high: float
     rounds: int
+    median_low: float | None = None
+    median_high: float | None = None
 
     @property
     def spread(self) -> float:
         """(high - low) / median: 0.1 means the middle 80 % of calls lie within 10 %."""
         return (self.high - self.low) / self.median if self.median else 0.0
+
+    @property
+    def median_known_to(self) -> float:
+        """(median_high - median_low) / median: how well the median is known, not one call."""
+        if self.median_low is None or self.median_high is None or not self.median:
+            return self.spread
+        return (self.median_high - self.median_low) / self.median
+
+
+def median_interval(values: list) -> tuple[float, float]:
+    """The median's 95 % confidence interval from order statistics (no assumed distribution).
+
+    Of n sorted times, the j-th and k-th bracket the true median with 95 % probability for
+    j, k = n/2 ∓ 1.96·√n/2 (the binomial's normal approximation), when the rounds are
+    independent. A call's spread (p10–p90) does not shrink with more rounds; this interval
+    does, as 1/√n: it is the uncertainty to use when two medians are ranked.
+
+    >>> median_interval(list(range(1, 101)))
+    (40, 61)
+    """
+    ordered = sorted(values)
+    n = len(ordered)
+    half = 1.96 * math.sqrt(n) / 2
+    j = max(1, math.floor(n / 2 - half))
+    k = min(n, math.ceil(n / 2 + half) + 1)
+    return ordered[j - 1], ordered[k - 1]
+
+
+def ratio_interval(slower: Timing, faster: Timing) -> tuple[float, float]:
+    """The range of ``slower.median / faster.median`` that the two medians' intervals allow.
+
+    Both ends taken at once (the slow model at its fastest and the fast one at its slowest,
+    then the reverse): wider than either interval, so a ranking that survives it is real.
+
+    >>> ratio_interval(Timing(10, 9, 11, 30, 9.5, 10.5), Timing(2, 1.8, 2.2, 30, 1.9, 2.1))
+    (4.523809523809524, 5.526315789473684)
+    """
+    if None in (slower.median_low, slower.median_high, faster.median_low, faster.median_high):
+        return slower.low / faster.high, slower.high / faster.low
+    return slower.median_low / faster.median_high, slower.median_high / faster.median_low
 
 
 @dataclass
@@ -78,6 +125,10 @@ class Timings:
     def ratio(self, slower: str, faster: str) -> float:
         """How many times faster ``faster`` is than ``slower`` (medians)."""
         return self.times[slower].median / self.times[faster].median
+
+    def ratio_interval(self, slower: str, faster: str) -> tuple[float, float]:
+        """The range of ``ratio(slower, faster)`` the medians' 95 % intervals allow."""
+        return ratio_interval(self.times[slower], self.times[faster])
 
     def header(self, *, lang: str | None = None) -> str:
         """The line that says how the numbers were taken: CPU verdict, threads, load.
@@ -283,6 +334,8 @@ def _measure(models: dict, args: tuple, rounds: int, warmup: int, count: int) ->
             low=_percentile(values, 0.1),
             high=_percentile(values, 0.9),
             rounds=len(values),
+            median_low=median_interval(values)[0],
+            median_high=median_interval(values)[1],
         )
         for label, values in spent.items()
     }

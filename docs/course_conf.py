@@ -39,15 +39,16 @@ TEXT = {
         "result_qat": "per-tensor weight、有離群通道的模型：fp32／PTQ／QAT",
         "result_bit_exact": "親手寫的 prepare ＋ convert 和 torchao 逐位元相同",
         "result_cases": "{n} 個案例（模型庫的模型 × 2 個 quantizer）",
-        "speedup": "{ratio:.2f}×（spread {spread}，負載 {load:.2f}）",
-        "spread_sep": "／",
-        "within_noise": "；{pairs}：差距在量測誤差之內，不分高下",
+        "speedup": "{ratio:.2f}×（95 % 區間 {low:.2f}–{high:.2f}×，負載 {load:.2f}）",
+        "within_noise": "；{pairs}：區間重疊，不分高下",
         "results_note": (
             "量測環境：{cpu}。時間是 {threads} 個執行緒、交錯多輪的中位數（單一執行緒時計的是"
             "每次呼叫的 CPU 時間，多個執行緒時計的是實際經過的時間），量測時另一種語言的建置"
             "暫停等候，只印出、從不 "
-            "``assert``，並且會隨機器負載變動；每個時間只量一次，兩種語言顯示同樣的數字；spread "
-            "是第 10 到第 90 百分位數的寬度除以中位數，負載是一分鐘的平均負載；{native} "
+            "``assert``，並且會隨機器負載變動；每個時間只量一次，兩種語言顯示同樣的數字；區間"
+            "是加速倍數的 95 % 信賴區間（由 100 輪的順序統計量得出中位數的區間，兩個中位數都取"
+            "最壞的一端），說的是中位數有多準，不是單次呼叫的離散；負載是一分鐘的平均負載；"
+            "{native} "
             "以外的路徑是在同一顆 CPU 上用 ``ONEDNN_MAX_CPU_ISA`` 限制出來的，不是真正較舊的"
             "晶片。"
         ),
@@ -93,16 +94,17 @@ TEXT = {
         "result_qat": "Per-tensor weights, a model with an outlier channel: fp32 / PTQ / QAT",
         "result_bit_exact": "Handmade prepare + convert, bit-exact with torchao",
         "result_cases": "{n} cases (the zoo's models × 2 quantizers)",
-        "speedup": "{ratio:.2f}× (spreads {spread}, load {load:.2f})",
-        "spread_sep": " / ",
-        "within_noise": "; {pairs}: within noise, not ranked",
+        "speedup": "{ratio:.2f}× (95 % interval {low:.2f}–{high:.2f}×, load {load:.2f})",
+        "within_noise": "; {pairs}: intervals overlap, not ranked",
         "results_note": (
             "Measured on {cpu}. Times are medians of interleaved rounds on {threads} thread(s) "
             "(each call's CPU time on one thread, its wall time on more), taken while the other "
             "language's build waits, printed and never asserted, and they move with the machine's "
             "load; each is measured "
-            "once and both languages show it; a spread is the p10–p90 width over the median, "
-            "the load the one-minute load average; the paths other "
+            "once and both languages show it; an interval is the speed-up's 95 % confidence "
+            "interval (each median's from the order statistics of 100 rounds, both taken at "
+            "their worst): how well the median is known, not how much one call varies; "
+            "the load is the one-minute load average; the paths other "
             "than {native} are capped with ``ONEDNN_MAX_CPU_ISA`` on the same CPU, not a real "
             "older chip."
         ),

@@ -3,8 +3,8 @@ figures as this build's lessons measured them, each linked to its lesson.
 
 The figure-name contract lives here (CourseResults.SOURCES: which lesson publishes which
 figure, through common.results.publish); a figure missing stops the build with its lesson's
-name. speedup and ties_within_noise say how a speed-up is shown: with its spreads and load,
-and not ranked against another within noise.
+name. speedup and ties_within_noise say how a speed-up is shown: with its 95 % interval and
+load, and not ranked against another whose interval overlaps it.
 """
 
 import json
@@ -15,10 +15,10 @@ from course_directives import GeneratedContent
 from course_sources import lesson_sources, results_folder
 
 
-def speedup(ratio: float, spreads: list, load: float, text: dict) -> str:
-    """A speed-up with the spreads of the two timings behind it and the load they ran under."""
-    spread = text["spread_sep"].join(f"{s:.0%}" for s in spreads)
-    return text["speedup"].format(ratio=ratio, spread=spread, load=load)
+def speedup(ratio: float, interval: list, load: float, text: dict) -> str:
+    """A speed-up with its 95 % interval (common.timing.ratio_interval) and the load it ran at."""
+    low, high = interval
+    return text["speedup"].format(ratio=ratio, low=low, high=high, load=load)
 
 
 def accuracy_gap(accuracy: dict, text: dict) -> str:
@@ -32,24 +32,23 @@ def accuracy_gap(accuracy: dict, text: dict) -> str:
 
 
 def ties_within_noise(figures: dict) -> list[tuple[str, str]]:
-    """Pairs of speed-ups too close to rank: their gap is within the timings' spreads.
+    """Pairs of speed-ups too close to rank: their 95 % intervals overlap.
 
-    A spread is the p10–p90 width over the median, so each timing is known to about half of
-    it; a ratio of two timings to about the sum of those halves. Two ratios whose relative gap
-    is inside both ratios' uncertainties are a tie, not a ranking.
+    Each interval is the range of the ratio of medians that the two medians' confidence
+    intervals allow (common.timing.ratio_interval); a call's spread would say how much one
+    call varies, not how well a median is known.
 
-    >>> ties_within_noise({"A": (2.0, [0.1, 0.1], 1.0), "B": (2.1, [0.1, 0.1], 1.0)})
+    >>> ties_within_noise({"A": (2.0, [1.9, 2.1], 1.0), "B": (2.05, [2.0, 2.1], 1.0)})
     [('A', 'B')]
-    >>> ties_within_noise({"A": (2.0, [0.02, 0.02], 1.0), "B": (3.0, [0.02, 0.02], 1.0)})
+    >>> ties_within_noise({"A": (2.0, [1.9, 2.1], 1.0), "B": (3.0, [2.8, 3.2], 1.0)})
     []
     """
     names = list(figures)
     ties = []
     for i, a in enumerate(names):
         for b in names[i + 1 :]:
-            (ra, sa, _), (rb, sb, _) = figures[a], figures[b]
-            gap = abs(ra - rb) / ((ra + rb) / 2)
-            if gap <= sum(sa) / 2 + sum(sb) / 2:
+            (_, (low_a, high_a), _), (_, (low_b, high_b), _) = figures[a], figures[b]
+            if low_a <= high_b and low_b <= high_a:
                 ties.append((a, b))
     return ties
 
@@ -66,10 +65,10 @@ class CourseResults(GeneratedContent):
             "int8_path",
             "timing_threads",
             "int8_speedup_compiled",
-            "compiled_spreads",
+            "compiled_interval",
             "compiled_load",
             "int8_speedup_eager",
-            "eager_spreads",
+            "eager_intervals",
             "eager_loads",
             "size_ratio",
         ),
@@ -99,9 +98,9 @@ class CourseResults(GeneratedContent):
         accuracy, handmade = self.figures("M04-1"), self.figures("M02-3")
         native = speed["int8_path"]
         # Fastest first, so the order is the ranking (the figures' file keeps them by name);
-        # pairs within noise are named after them.
+        # pairs whose intervals overlap are named after them.
         eager = {
-            path: (ratio, speed["eager_spreads"][path], speed["eager_loads"][path])
+            path: (ratio, speed["eager_intervals"][path], speed["eager_loads"][path])
             for path, ratio in sorted(speed["int8_speedup_eager"].items(), key=lambda p: -p[1])
         }
         paths = " · ".join(f"{path} {speedup(*figure, text)}" for path, figure in eager.items())
@@ -110,7 +109,7 @@ class CourseResults(GeneratedContent):
             paths += text["within_noise"].format(pairs=", ".join(ties))
         compiled = (
             speed["int8_speedup_compiled"],
-            speed["compiled_spreads"],
+            speed["compiled_interval"],
             speed["compiled_load"],
         )
         qat_figures = (qat[k] for k in ("fp32_accuracy", "ptq_accuracy", "qat_accuracy"))

@@ -1,5 +1,5 @@
 """The landing page's figures: what a lesson publishes (common.results), and the speed-ups
-each with its spreads and load, ties said to be within noise."""
+each with its 95 % interval and load, ties said where intervals overlap."""
 
 import pytest
 
@@ -11,34 +11,40 @@ from course_results import speedup, ties_within_noise
     ("figures", "ties"),
     [
         pytest.param(
-            {"A": (2.0, [0.1, 0.1], 1.0), "B": (2.1, [0.1, 0.1], 1.0)},
+            {"A": (2.0, [1.9, 2.1], 1.0), "B": (2.05, [2.0, 2.1], 1.0)},
             [("A", "B")],
-            id="5 % apart, 10 % spreads: a tie",
+            id="overlapping intervals: a tie",
         ),
         pytest.param(
-            {"A": (2.0, [0.02, 0.02], 1.0), "B": (3.0, [0.02, 0.02], 1.0)},
+            {"A": (2.0, [1.9, 2.1], 1.0), "B": (2.2, [2.11, 2.3], 1.0)},
             [],
-            id="40 % apart, 2 % spreads: ranked",
+            id="intervals apart by 0.01: ranked",
+        ),
+        pytest.param(
+            {"A": (2.0, [1.9, 2.1], 1.0), "B": (2.2, [2.1, 2.3], 1.0)},
+            [("A", "B")],
+            id="intervals touching: a tie",
         ),
         pytest.param(
             {
-                "VNNI": (2.9, [0.1, 0.1], 1.0),
-                "AVX2": (1.9, [0.2, 0.2], 1.0),
-                "AVX512": (2.0, [0.2, 0.2], 1.0),
+                "VNNI": (2.9, [2.8, 3.0], 1.0),
+                "AVX2": (1.9, [1.8, 2.05], 1.0),
+                "AVX512": (2.0, [1.95, 2.1], 1.0),
             },
             [("AVX2", "AVX512")],
             id="only the close pair",
         ),
     ],
 )
-def test_speedups_within_their_spreads_are_ties(figures, ties):
+def test_speedups_whose_intervals_overlap_are_ties(figures, ties):
     assert ties_within_noise(figures) == ties
 
 
 @pytest.mark.parametrize("lang", TEXT)
-def test_a_speedup_shows_its_spreads_and_load(lang):
-    shown = speedup(2.764, [0.13, 0.29], 2.96, TEXT[lang])
-    assert shown.startswith("2.76×") and "13%" in shown and "29%" in shown and "2.96" in shown
+def test_a_speedup_shows_its_interval_and_load(lang):
+    shown = speedup(2.764, [2.61, 2.93], 2.96, TEXT[lang])
+    assert shown.startswith("2.76×") and "2.61–2.93×" in shown and "2.96" in shown
+    assert "95 %" in shown, "the interval says its confidence"
 
 
 # ---------------------------------------------------------------- common.results.publish

@@ -46,7 +46,7 @@ from common.data import digits, export_digits_model, train_digits_cnn
 from common.kernels import kernels_run, time_by_kind
 from common.models import example_inputs, get_model, input_shape
 from common.pt2e import export_module, quiet, x86_quantizer
-from common.timing import Timing, compare_speed, race
+from common.timing import Timing, compare_speed, median_interval, race, ratio_interval
 from common.viz import draw
 
 quiet()
@@ -59,6 +59,7 @@ from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 from common.lowering import lower, reshape_views
 
 BATCH = 2
+ROUNDS = 100  # the landing page ranks these medians: their 95 % interval narrows as 1/√rounds
 x = example_inputs(BATCH, shape=input_shape("conv_net"))
 float_model = export_module(get_model("conv_net"), x)
 prepared = prepare_pt2e(export_module(get_model("conv_net"), x), x86_quantizer())
@@ -97,6 +98,7 @@ draw(lowered, highlight=int8_ops, title="conv_net lowered: its oneDNN int8 ops")
 eager = compare_speed(
     {"fp32": float_model, "int8 q/dq (simulated)": int8_model, "int8 lowered (oneDNN)": lowered},
     x,
+    rounds=ROUNDS,
 )
 print(eager.table())
 
@@ -122,7 +124,7 @@ assert not plain.kernels["int8"].int8, "without freezing the int8 model ran floa
 # models in the same setting.
 
 counters.clear()
-frozen = race({"fp32": float_model, "int8": int8_model}, x)
+frozen = race({"fp32": float_model, "int8": int8_model}, x, rounds=ROUNDS)
 print(frozen.table())
 print(f"with freezing, int8 runs {frozen.ratio('fp32', 'int8'):.2f}× as fast as fp32")
 ran = frozen.kernels["int8"]
@@ -143,7 +145,7 @@ publish("cpu", cpu.verdict)
 publish("int8_path", cpu.onednn)
 publish("timing_threads", frozen.threads)
 publish("int8_speedup_compiled", frozen.ratio("fp32", "int8"))
-publish("compiled_spreads", [frozen["fp32"].spread, frozen["int8"].spread])
+publish("compiled_interval", frozen.ratio_interval("fp32", "int8"))
 publish("compiled_load", frozen.load[0])
 # sphinx_gallery_end_ignore
 
@@ -204,27 +206,44 @@ with torch.no_grad():
         prepared(*example_inputs(2, seed=seed, shape=input_shape("conv_net")))
 lowered = lower(convert_pt2e(prepared), x)
 reshape_views(lowered)
-timings = compare_speed({"fp32": export_module(get_model("conv_net"), x), "int8": lowered}, x)
+timings = compare_speed(
+    {"fp32": export_module(get_model("conv_net"), x), "int8": lowered}, x, rounds=ROUNDS
+)
 result = {label: vars(timings[label]) for label in ("fp32", "int8")}
 result["load"] = timings.load[0]
 """
 
 rows = {cpu.onednn: (eager["fp32"], eager["int8 lowered (oneDNN)"], eager.load[0])}
 for isa in weaker_paths():
-    other = run_under_isa(isa, EAGER_STEP)
+    other = run_under_isa(isa, f"ROUNDS = {ROUNDS}\n" + EAGER_STEP)
     found = other["result"]
     rows[other["cpu"]["onednn"]] = (Timing(**found["fp32"]), Timing(**found["int8"]), found["load"])
-print("int8 path            fp32 eager ms (spread)  int8 lowered ms (spread)  speed-up  load")
+
+# %%
+# A spread describes one call: the middle 80 % of calls lie within it, and more rounds do not
+# narrow it. How well a *median* is known does narrow: of 100 sorted rounds the 40th and the
+# 61st bracket the true median with 95 % probability (order statistics, no distribution
+# assumed; ``common.timing.median_interval``, asserted below). The speed-up's interval takes
+# both medians at their worst; two paths are ranked only where their intervals do not overlap.
+
+assert median_interval(list(range(1, ROUNDS + 1))) == (40, 61), "ranks 40 and 61 of 100"
+print(
+    "int8 path            fp32 eager ms (spread)  int8 lowered ms (spread)"
+    "  speed-up (95 % interval)  load"
+)
 for path, (fp32, int8, load) in rows.items():
+    low, high = ratio_interval(fp32, int8)
     print(
         f"{path:18} {fp32.median:15.2f} ({fp32.spread:4.0%}) {int8.median:17.2f}"
-        f" ({int8.spread:4.0%}) {fp32.median / int8.median:8.2f}× {load:5.2f}"
+        f" ({int8.spread:4.0%}) {fp32.median / int8.median:8.2f}×"
+        f" ({low:.2f}–{high:.2f}×) {load:12.2f}"
     )
 # sphinx_gallery_start_ignore
 speedups = {path: fp32.median / int8.median for path, (fp32, int8, _) in rows.items()}
 publish("int8_speedup_eager", speedups)
 publish(
-    "eager_spreads", {path: [fp32.spread, int8.spread] for path, (fp32, int8, _) in rows.items()}
+    "eager_intervals",
+    {path: ratio_interval(fp32, int8) for path, (fp32, int8, _) in rows.items()},
 )
 publish("eager_loads", {path: load for path, (_, _, load) in rows.items()})
 # sphinx_gallery_end_ignore

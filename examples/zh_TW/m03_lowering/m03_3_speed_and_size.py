@@ -44,7 +44,7 @@ from common.data import digits, export_digits_model, train_digits_cnn
 from common.kernels import kernels_run, time_by_kind
 from common.models import example_inputs, get_model, input_shape
 from common.pt2e import export_module, quiet, x86_quantizer
-from common.timing import Timing, compare_speed, race
+from common.timing import Timing, compare_speed, median_interval, race, ratio_interval
 from common.viz import draw
 
 quiet()
@@ -57,6 +57,7 @@ from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 from common.lowering import lower, reshape_views
 
 BATCH = 2
+ROUNDS = 100  # the landing page ranks these medians: their 95 % interval narrows as 1/√rounds
 x = example_inputs(BATCH, shape=input_shape("conv_net"))
 float_model = export_module(get_model("conv_net"), x)
 prepared = prepare_pt2e(export_module(get_model("conv_net"), x), x86_quantizer())
@@ -95,6 +96,7 @@ draw(lowered, highlight=int8_ops, title="lowering 之後的 conv_net：它的 on
 eager = compare_speed(
     {"fp32": float_model, "int8 q/dq（模擬）": int8_model, "int8 lowering 後（oneDNN）": lowered},
     x,
+    rounds=ROUNDS,
 )
 print(eager.table())
 
@@ -118,7 +120,7 @@ assert not plain.kernels["int8"].int8, "沒有 freezing，int8 模型只執行�
 # 與融合模式就會生效，int8 執行 oneDNN 的 int8 conv 與 linear。兩個模型同樣在相同的設定下比較。
 
 counters.clear()
-frozen = race({"fp32": float_model, "int8": int8_model}, x)
+frozen = race({"fp32": float_model, "int8": int8_model}, x, rounds=ROUNDS)
 print(frozen.table())
 print(f"開了 freezing，int8 的速度是 fp32 的 {frozen.ratio('fp32', 'int8'):.2f} 倍")
 ran = frozen.kernels["int8"]
@@ -139,7 +141,7 @@ publish("cpu", cpu.verdict)
 publish("int8_path", cpu.onednn)
 publish("timing_threads", frozen.threads)
 publish("int8_speedup_compiled", frozen.ratio("fp32", "int8"))
-publish("compiled_spreads", [frozen["fp32"].spread, frozen["int8"].spread])
+publish("compiled_interval", frozen.ratio_interval("fp32", "int8"))
 publish("compiled_load", frozen.load[0])
 # sphinx_gallery_end_ignore
 
@@ -197,27 +199,44 @@ with torch.no_grad():
         prepared(*example_inputs(2, seed=seed, shape=input_shape("conv_net")))
 lowered = lower(convert_pt2e(prepared), x)
 reshape_views(lowered)
-timings = compare_speed({"fp32": export_module(get_model("conv_net"), x), "int8": lowered}, x)
+timings = compare_speed(
+    {"fp32": export_module(get_model("conv_net"), x), "int8": lowered}, x, rounds=ROUNDS
+)
 result = {label: vars(timings[label]) for label in ("fp32", "int8")}
 result["load"] = timings.load[0]
 """
 
 rows = {cpu.onednn: (eager["fp32"], eager["int8 lowering 後（oneDNN）"], eager.load[0])}
 for isa in weaker_paths():
-    other = run_under_isa(isa, EAGER_STEP)
+    other = run_under_isa(isa, f"ROUNDS = {ROUNDS}\n" + EAGER_STEP)
     found = other["result"]
     rows[other["cpu"]["onednn"]] = (Timing(**found["fp32"]), Timing(**found["int8"]), found["load"])
-print("int8 路徑           fp32 eager 毫秒（離散）  int8 lowering 後毫秒（離散）      加速  負載")
+
+# %%
+# 離散描述的是單次呼叫：中間 80 % 的呼叫落在這個範圍內，多跑幾輪也不會變窄。會變窄的是
+# 「中位數」有多準：把 100 輪的時間排序，第 40 個和第 61 個之間有 95 % 的機率包住真正的
+# 中位數（順序統計量，不假設任何分布；``common.timing.median_interval`` ，下面有
+# ``assert``）。加速倍數的區間把兩個中位數都取最壞的一端；只有區間不重疊的兩條路徑才分
+# 高下。
+
+assert median_interval(list(range(1, ROUNDS + 1))) == (40, 61), "100 輪取第 40 與第 61 個"
+print(
+    "int8 路徑           fp32 eager 毫秒（離散）  int8 lowering 後毫秒（離散）"
+    "      加速（95 % 區間）  負載"
+)
 for path, (fp32, int8, load) in rows.items():
+    low, high = ratio_interval(fp32, int8)
     print(
         f"{path:18} {fp32.median:17.2f} ({fp32.spread:4.0%}) {int8.median:22.2f}"
-        f" ({int8.spread:4.0%}) {fp32.median / int8.median:8.2f}× {load:5.2f}"
+        f" ({int8.spread:4.0%}) {fp32.median / int8.median:8.2f}×"
+        f" ({low:.2f}–{high:.2f}×) {load:5.2f}"
     )
 # sphinx_gallery_start_ignore
 speedups = {path: fp32.median / int8.median for path, (fp32, int8, _) in rows.items()}
 publish("int8_speedup_eager", speedups)
 publish(
-    "eager_spreads", {path: [fp32.spread, int8.spread] for path, (fp32, int8, _) in rows.items()}
+    "eager_intervals",
+    {path: ratio_interval(fp32, int8) for path, (fp32, int8, _) in rows.items()},
 )
 publish("eager_loads", {path: load for path, (_, _, load) in rows.items()})
 # sphinx_gallery_end_ignore

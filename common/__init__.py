@@ -17,7 +17,7 @@
 - ``models``: the model zoo, ``get_model`` and ``example_inputs``.
 - ``numerics``: quantization error: every node's output (``record``), ``sqnr``, BatchNorm folded.
 - ``pt2e``: export, calibration, the x86 quantizer, frozen constants, quieter logs.
-- ``qat``: a MobileNetV2 on the digits for QAT and a QAT run that resumes in another process.
+- ``qat``: M04-4's MobileNetV2 on the digits and a QAT run that resumes in another process.
 - ``quantizer``: ``CourseQuantizer``, the course's own PT2E quantizer.
 - ``results``: the figures a lesson publishes for the landing page while the site is built.
 - ``timing``: ``compare_speed`` and ``race``, timings that hold on a small shared machine.

@@ -1,4 +1,4 @@
-"""A real architecture for QAT (its lesson is not on the site yet) and a QAT run that resumes.
+"""M04-4's real architecture and a QAT run that can stop and resume in another process.
 
 A QAT run resumed from a checkpoint must rebuild the prepared model *the same way* as the run
 that saved it: the same model, the same example input, the same quantizer. The pieces that

@@ -50,6 +50,11 @@ FIGURES = {
         "int8_accuracy": 0.964,
     },
     "m04_fixture/m04_3_qat.py": {"fp32_accuracy": 0.97, "ptq_accuracy": 0.8, "qat_accuracy": 0.95},
+    "m04_fixture/m04_4_qat_real.py": {
+        "fp32_accuracy": 0.97,
+        "ptq_accuracy": 0.918,
+        "qat_accuracy": 0.974,
+    },
 }
 
 LANDING = """\
@@ -116,12 +121,19 @@ def test_the_landing_page_shows_the_figures_its_lessons_published(built):
     published = json.loads((site / "build/results/en/m03_3_speed.json").read_text("utf-8"))
     assert published == FIGURES["m03_fixture/m03_3_speed.py"], "what the lesson published"
     landing = text_of(site / "build/html/en/index.html")
-    for shown in ("2.50×", "AVX2 1.25×", "0.27×", "97.0% / 96.4%", "97.0% / 80.0% / 95.0%"):
+    for shown in (
+        "2.50×",
+        "AVX2 1.25×",
+        "0.27×",
+        "97.0% / 96.4%",
+        "97.0% / 80.0% / 95.0%",
+        "97.0% / 91.8% / 97.4%",
+    ):
         assert shown in landing, f"{shown!r} is not on the landing page: {landing[:3000]}"
     assert "8 cases" in landing and "Test CPU: oneDNN int8 path AVX2" in landing
     # Accuracies say how many test images apart they are: 0.6 % of 500 is three images.
     assert "97.0% / 96.4% (3 images of 500 apart)" in landing
-    for lesson in ("M02-3", "M03-3", "M04-1", "M04-3"):
+    for lesson in ("M02-3", "M03-3", "M04-1", "M04-3", "M04-4"):
         assert f">{lesson}<" in (site / "build/html/en/index.html").read_text("utf-8"), (
             f"the figures link to {lesson}"
         )

@@ -84,6 +84,7 @@ CPU_DEPENDENT = {
     "m04_accuracy/m04_1_measuring_the_error.py",
     "m04_accuracy/m04_2_fixing_it.py",
     "m04_accuracy/m04_3_qat.py",
+    "m04_accuracy/m04_4_qat_real_architecture.py",
 }
 
 

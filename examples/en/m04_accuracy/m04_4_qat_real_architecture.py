@@ -5,7 +5,7 @@ M04-4 QAT on a real architecture
 M04-3 ran the QAT schedule on a three-conv CNN. This page runs it on torchvision's MobileNetV2
 (depthwise convs, a BatchNorm after every conv, ReLU6), as ExecuTorch's ``XNNPACKQuantizer``
 quantizes it for a phone: per-tensor int8 PTQ loses accuracy, QAT wins it back, a QAT run is
-saved half-way and resumed bit for bit in a fresh process, and the QAT model runs as a
+saved part-way and resumed bit for bit in a fresh process, and the QAT model runs as a
 ``.pte`` on the ExecuTorch runtime.
 
 **What you will learn**

@@ -4,7 +4,7 @@ M04-4 在真實架構上做 QAT
 
 M04-3 在三層 conv 的 CNN 上跑了 QAT 排程。本頁改在 torchvision 的 MobileNetV2 上跑（depthwise
 conv、每個 conv 後面都有 BatchNorm、ReLU6），並照 ExecuTorch 的 ``XNNPACKQuantizer`` 為手機量化
-的方式來做：per-tensor 的 int8 PTQ 掉了準確度，QAT 把它拿回來；QAT 訓練跑到一半存成
+的方式來做：per-tensor 的 int8 PTQ 掉了準確度，QAT 把它拿回來；QAT 訓練跑到中途存成
 checkpoint，在全新的 process 裡逐位元一致地接著跑；最後 QAT 模型以 ``.pte`` 在 ExecuTorch
 runtime 上執行。
 

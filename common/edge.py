@@ -3,14 +3,18 @@
 ``CoursePartitioner`` delegates exactly the nodes that ExecuTorch's ``XnnpackPartitioner``
 delegates in a graph quantized with ``XNNPACKQuantizer`` (int8 activations, static qparams),
 in the same partitions, so the two programs give ``torch.equal`` outputs on the ExecuTorch
-runtime (``tests/test_edge.py`` checks this model by model). Its knowledge is one table,
-:data:`SUPPORTED`: each op XNNPACK can run, whether it has an int8 kernel, and the constraint
-that keeps it off XNNPACK. An op the table does not know raises ``NotImplementedError``
-naming the node, so a partition never differs silently.
+runtime (``tests/test_edge.py`` checks this model by model, ``tests/test_atlas.py`` on every
+model of the op atlas). Its knowledge is two tables: :data:`SUPPORTED`, each op XNNPACK can
+run, whether it has an int8 kernel, and the constraint that keeps it off XNNPACK; and
+:data:`PORTABLE`, the ops XNNPACK has no config for, left to the portable kernels. An op in
+neither raises ``NotImplementedError`` naming the node, so a partition never differs silently.
+
+A conv or linear the quantizer left float (an LSTM's, a layer set to a None config) is
+delegated as XNNPACK does, as a float GEMM when its weight and bias are constants.
 
 What it refuses, loudly: a graph with no quantize/dequantize node (``XnnpackPartitioner``
-also delegates float graphs), uint8 activations (``X86InductorQuantizer``'s), dynamic
-quantization, and float convs or linears inside a quantized graph.
+also delegates float graphs), uint8 activations (``X86InductorQuantizer``'s), and dynamic
+quantization.
 """
 
 import contextlib
@@ -61,7 +65,7 @@ DQ_CHANNEL = "dequantize_per_channel.default"
 GEMMS = {"convolution.default", "linear.default"}  # weight args[1], bias args[2], input args[0]
 # Ops XNNPACK asks ExecuTorch to keep whole (not decomposed) that this table does not cover:
 # decomposed, their pieces would be partitioned differently.
-_KEPT_WHOLE_BY_XNNPACK = {"upsample_bilinear2d.vec", "prelu.default"}
+_KEPT_WHOLE_BY_XNNPACK = {"prelu.default"}
 BATCH_NORM = "_native_batch_norm_legit_no_training.default"
 
 
@@ -173,6 +177,49 @@ def _cat(node: Node):
     return None if len(node.all_input_nodes) >= 2 else "a cat of fewer than 2 tensors"
 
 
+def _slice(node: Node):
+    step = node.args[4] if len(node.args) > 4 else 1
+    if step != 1:
+        return f"a slice with step {step} (only 1)"
+    source = node.args[0]
+    if _is(source, DQ) and len(node.users) == 1:
+        (user,) = node.users
+        if _is(user, Q) and tuple(source.args[1:6]) != tuple(user.args[1:6]):
+            return "an int8 slice whose output scale or zero point differs from its input's"
+    for value in (source.meta["val"], node.meta["val"]):
+        if not all(isinstance(d, int) and d != 0 for d in value.shape):
+            return f"a slice of a {tuple(value.shape)} tensor (only static, non-empty shapes)"
+    return None
+
+
+def _pad(node: Node):
+    if any(p < 0 for p in node.args[1]):
+        return f"a pad by {node.args[1]} (a negative pad crops: XNNPACK only pads)"
+    return None
+
+
+def _conv_absorbs(pad: Node) -> bool:
+    """XNNPACK folds a zero pad of the spatial dims that only this int8 conv reads into the
+    conv's own padding (ConvolutionConfig._get_act_deps)."""
+    amounts = pad.args[1]
+    value = pad.args[2] if len(pad.args) > 2 else 0.0
+    (conv,) = pad.users
+    spatial = 2 * (conv.args[1].meta["val"].dim() - 2)  # 2 amounts per spatial dim
+    return (
+        value == 0.0
+        and all(a >= 0 for a in amounts)
+        and all(a == 0 for a in amounts[spatial:])
+        and spatial in (2, 4)
+        and _is(pad.args[0], DQ)
+    )
+
+
+def _static_shape(node: Node):
+    if _dynamic(node):
+        return "a dynamic output size"
+    return None
+
+
 def _batch_norm(node: Node):
     """XNNPACK folds it into the conv before it, or else turns it into a 1x1 depthwise conv:
     in an int8 graph the conv's output is quantized first, so only the second applies."""
@@ -217,7 +264,9 @@ SUPPORTED: dict[str, Op] = {
     Q: Op(int8=True),
     DQ: Op(int8=True),
     # conv and linear: dequantize(input), dequantize(int8 weight), float bias, optional
-    # relu/hardtanh, then a quantize: one int8 GEMM (see CoursePartitioner._gemm).
+    # relu/hardtanh, then a quantize: one int8 GEMM (dequantize -> zero pad -> conv: the pad
+    # joins the conv, as its padding). With a float weight (a layer the quantizer left float):
+    # a float GEMM of constant weight and bias, with its relu/hardtanh. See CoursePartitioner._gemm.
     "convolution.default": Op(int8=True, why_not=_conv, fused=_ACTIVATIONS),
     "linear.default": Op(int8=True, fused=_ACTIVATIONS, keep_whole=aten.linear.default),
     "add.Tensor": Op(int8=True, why_not=_add_sub, fused=("relu.default",)),
@@ -227,6 +276,7 @@ SUPPORTED: dict[str, Op] = {
     "hardtanh.default": Op(int8=True),
     "clamp.default": Op(int8=True),
     "cat.default": Op(int8=True, why_not=_cat),
+    "slice_copy.Tensor": Op(int8=True, why_not=_slice),
     "max_pool2d.default": Op(int8=True, why_not=_max_pool, keep_whole=aten.max_pool2d.default),
     "mean.dim": Op(int8=True, why_not=_mean),
     "view_copy.default": Op(int8=True, why_not=_view),
@@ -249,6 +299,13 @@ SUPPORTED: dict[str, Op] = {
     "gelu.default": Op(int8=False, why_not=_gelu),
     "_softmax.default": Op(int8=False, why_not=_softmax),
     "bmm.default": Op(int8=False),
+    "leaky_relu.default": Op(int8=False),
+    "exp.default": Op(int8=False),
+    # (a zero pad read by one int8 conv alone joins the conv's pattern: see _gemm)
+    "constant_pad_nd.default": Op(int8=False, why_not=_pad),
+    "upsample_bilinear2d.vec": Op(
+        int8=False, why_not=_static_shape, keep_whole=aten.upsample_bilinear2d.vec
+    ),
     # With its weight, bias, running mean and variance (constants) and its getitem users.
     BATCH_NORM: Op(int8=False, why_not=_batch_norm),
     # Not an op XNNPACK runs alone: only inside a conv or linear, as its weight.
@@ -267,6 +324,15 @@ PORTABLE: dict[str, str] = {
     "squeeze_copy.dims": "XNNPACK has no config for squeeze",
     "expand_copy.default": "XNNPACK has no config for expand",
     "mul.Scalar": "XNNPACK's mul config is for mul.Tensor only",
+    "sum.dim_IntList": "XNNPACK has no config for sum",
+    "embedding.default": "XNNPACK has no config for embedding (a gather)",
+    "native_group_norm.default": "XNNPACK has no config for group norm",
+    "upsample_nearest2d.vec": "XNNPACK's only resize config is bilinear",
+    # Softplus (in mish) is where(x > 20, x, log1p(exp(x))):
+    "gt.Scalar": "XNNPACK has no config for comparisons",
+    "log1p.default": "XNNPACK has no config for log1p (its log config is log.default)",
+    # A recurrent layer's initial state, zeros:
+    "full.default": "XNNPACK has no config for full",
     # Decomposed attention zeroes the rows whose scores are all -inf, with these:
     "eq.Scalar": "XNNPACK has no config for comparisons",
     "any.dim": "XNNPACK has no config for any",
@@ -311,8 +377,9 @@ def _unknown(node: Node) -> NotImplementedError:
     return NotImplementedError(
         f"CoursePartitioner does not know {op_name(node.target)} "
         f"(node {node.name!r}: {node.format_node()}); add it to common.edge.SUPPORTED with "
-        "XNNPACK's constraint (executorch/backends/xnnpack/partition/config/), or use "
-        "XnnpackPartitioner for this model"
+        "XNNPACK's constraint (executorch/backends/xnnpack/partition/config/), or to "
+        "common.edge.PORTABLE if XNNPACK has no config for it, or use XnnpackPartitioner "
+        "for this model"
     )
 
 
@@ -369,7 +436,8 @@ class CoursePartitioner(Partitioner):
             program: the ATen-dialect ``ExportedProgram`` before decomposition.
 
         Returns:
-            tuple: (ops, filter): ``aten.linear`` and ``aten.max_pool2d``, and a function
+            tuple: (ops, filter): the ``keep_whole`` ops of :data:`SUPPORTED` (``aten.linear``,
+            ``aten.max_pool2d``, ``aten.hardswish``, ``aten.upsample_bilinear2d``), and a function
             telling for each node whether XNNPACK will take it whole (if not, it decomposes).
 
         Raises:
@@ -403,7 +471,8 @@ class CoursePartitioner(Partitioner):
         Raises:
             TypeError: if ``program`` is a ``GraphModule`` (export it first).
             ValueError: if the graph is not quantized, or quantized to uint8.
-            NotImplementedError: naming the first node whose op is not in :data:`SUPPORTED`.
+            NotImplementedError: naming the first node whose op is in neither
+                :data:`SUPPORTED` nor :data:`PORTABLE`.
         """
         _check_type(program, where="partition")
         _check_quantized(program)
@@ -453,21 +522,35 @@ class CoursePartitioner(Partitioner):
         return [node, *self._int8_pattern(node, op)]
 
     def _gemm(self, node: Node, op: Op, constants: set[str]) -> list[Node] | None:
-        """dequantize(x), dequantize(int8 weight), bias -> conv/linear [-> act] -> quantize."""
+        """dequantize(x), dequantize(int8 weight), bias -> conv/linear [-> act] -> quantize;
+        or, its weight float (a layer the quantizer left float), a float GEMM."""
         x, weight, bias = (*node.args, None)[:3]
-        if not (_is(weight, DQ) or _is(weight, DQ_CHANNEL)):
-            raise NotImplementedError(
-                f"CoursePartitioner delegates int8 convs and linears only; node {node.name!r} "
-                "has a float weight (a layer the quantizer left in float): use "
-                "XnnpackPartitioner, which also delegates float layers"
-            )
-        if not _is(x, DQ) or weight.args[0].name not in constants:
-            return None  # a float input; or a computed weight (XNNPACK packs constants only)
-        deps = [x, weight, *weight.all_input_nodes]  # int8 weight (and per-channel qparams)
+        deps = []
         if bias is not None:
             if bias.name not in constants:
-                return None
+                return None  # XNNPACK packs a constant bias only
             deps.append(bias)
+        if not (_is(weight, DQ) or _is(weight, DQ_CHANNEL)):  # float: weight, [fused act]
+            if weight.name not in constants:
+                return None
+            users = list(node.users)
+            fused = [u for u in users if u.op == "call_function" and op_name(u.target) in op.fused]
+            return [node, weight, *deps, *(fused if len(users) == 1 else [])]
+        if weight.args[0].name not in constants:
+            return None  # a computed weight (XNNPACK packs constants only)
+        deps += [weight, *weight.all_input_nodes]  # int8 weight (and per-channel qparams)
+        if (
+            op_name(node.target) == "convolution.default"
+            and not node.args[6]  # not transposed
+            and _is(x, "constant_pad_nd.default")
+            and len(x.users) == 1
+            and _conv_absorbs(x)
+        ):
+            deps += [x, x.args[0]]  # dequantize -> pad -> conv: the pad becomes the conv's
+        elif _is(x, DQ):
+            deps.append(x)
+        else:
+            return None  # a float input
         output = self._output_quantize(node, op)
         return None if output is None else [node, *deps, *output]
 

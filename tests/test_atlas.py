@@ -1,9 +1,10 @@
 """common.atlas: the op atlas's models and readings, and CoursePartitioner on every atlas model.
 
 ``CoursePartitioner`` (common.edge) must tag exactly what ``XnnpackPartitioner`` tags on each
-atlas model quantized with ``XNNPACKQuantizer``, or refuse loudly, naming an op its table does
-not know (its contract: a partition never differs silently). The refused ones are listed here,
-so a table that learns an op, or an atlas model that meets a new one, shows up.
+atlas model quantized with ``XNNPACKQuantizer``: the same ops kept whole, the same partitions,
+the same quantize/dequantize nodes folded. Its table knows every op the atlas holds; an atlas
+model that meets a new op makes it refuse, naming the op (its contract: a partition never
+differs silently), and fails here.
 """
 
 import pytest
@@ -76,24 +77,6 @@ class BothPartitioners(Partitioner):
         raise _Partitioned
 
 
-#: Atlas models CoursePartitioner refuses, and what its error names: an op its table
-#: (common.edge.SUPPORTED, PORTABLE) does not know, or the float linears of a recurrent layer
-#: XNNPACKQuantizer leaves unquantized.
-REFUSED = {
-    "embedding": "embedding.default",
-    "sum": "sum.dim_IntList",
-    "leaky_relu": "leaky_relu.default",
-    "mish": "exp.default",
-    "group_norm": "native_group_norm.default",
-    "upsample_nearest2d": "upsample_nearest2d.vec",
-    "upsample_bilinear2d": "upsample_bilinear2d.vec",
-    "pad": "constant_pad_nd.default",
-    "slice": "slice_copy.Tensor",
-    "lstm": "has a float weight",
-    "gru": "has a float weight",
-}
-
-
 def both(name: str) -> BothPartitioners:
     item = atlas.entry(name)
     program = torch.export.export(atlas.quantize(item, "xnnpack"), atlas.example_args(item))
@@ -112,11 +95,6 @@ def both(name: str) -> BothPartitioners:
 @pytest.mark.parametrize("name", NAMES)
 def test_course_partitioner_agrees_with_xnnpack_on_every_atlas_model(name):
     partitioners = both(name)
-    if name in REFUSED:
-        assert partitioners.refused and REFUSED[name] in partitioners.refused, (
-            f"CoursePartitioner refuses {name} naming {REFUSED[name]}"
-        )
-        return
     assert partitioners.refused is None, f"CoursePartitioner refused it: {partitioners.refused}"
     assert partitioners.kept_whole["course"] == partitioners.kept_whole["xnnpack"]
     assert partitioners.tagged["course"] == partitioners.tagged["xnnpack"], "the partitions differ"

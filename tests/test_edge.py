@@ -325,10 +325,46 @@ class ChannelSoftmax(nn.Module):
         return torch.softmax(y, dim=1) * torch.softmax(y, dim=-1)
 
 
+class Between(nn.Module):
+    """conv -> ``op`` -> conv: an op XNNPACK constrains, between two int8 convs."""
+
+    def __init__(self, op):
+        super().__init__()
+        self.conv1, self.conv2 = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 8, 3, padding=1)
+        self.op = op
+
+    def forward(self, x):
+        return self.conv2(self.op(self.conv1(x)))
+
+
+def strided_slice():
+    """Every second column: XNNPACK slices with step 1 only, so this one stays portable."""
+    return Between(lambda t: t[..., ::2])
+
+
+def cropping_pad():
+    """A negative pad crops: XNNPACK's pad only pads, so this one stays portable."""
+    return Between(lambda t: nn.functional.pad(t, (-1, -1, -1, -1)))
+
+
+def zero_pad():
+    """A zero pad of H and W: XNNPACK runs it in float (or in the conv it feeds: see below)."""
+    return Between(lambda t: nn.functional.pad(t, (1, 1, 1, 1)))
+
+
+def column_slice():
+    """Columns 2 to 10 of W: an int8 slice, its scale and zero point its input's."""
+    return Between(lambda t: t[..., 2:10])
+
+
 EXTRA_MODELS = {
     "global_mean_head": GlobalMeanHead,
     "strided_max_pool": StridedMaxPool,
     "channel_softmax": ChannelSoftmax,
+    "strided_slice": strided_slice,
+    "cropping_pad": cropping_pad,
+    "zero_pad": zero_pad,
+    "column_slice": column_slice,
     **HELD_OUT,
 }
 # XNNPACK's own lowering fails on these after partitioning (preprocess), with these words
@@ -417,9 +453,9 @@ def run(buffer: bytes, x) -> torch.Tensor:
     return method.execute([*x])[0]
 
 
-@pytest.mark.parametrize("name", on_their_worker(MATRIX))
-def test_course_partitioner_tags_exactly_what_xnnpack_tags(name):
-    program = torch.export.export(quantized(name), inputs(name))
+def assert_both_agree(program) -> BothPartitioners:
+    """Partition ``program`` with both; they keep the same ops whole, tag the same partitions
+    and fold the same q/dq nodes."""
     both = BothPartitioners()
     with pytest.raises(_Partitioned):
         to_edge_transform_and_lower(program, partitioner=[both])
@@ -430,6 +466,94 @@ def test_course_partitioner_tags_exactly_what_xnnpack_tags(name):
     )
     assert my_partitions == their_partitions, "the partitions differ"
     assert my_folded == their_folded, "different q/dq nodes are folded into int8 tensors"
+    return both
+
+
+def tagged(both: BothPartitioners, node: str) -> bool:
+    return any(node in partition for partition in both.tagged["course"][0])
+
+
+@pytest.mark.parametrize("name", on_their_worker(MATRIX))
+def test_course_partitioner_tags_exactly_what_xnnpack_tags(name):
+    assert_both_agree(torch.export.export(quantized(name), inputs(name)))
+
+
+@pytest.mark.parametrize(
+    ("name", "node", "delegated"),
+    [
+        ("strided_slice", "aten_slice_copy_tensor", False),
+        ("cropping_pad", "aten_constant_pad_nd_default", False),
+        ("zero_pad", "aten_constant_pad_nd_default", True),
+        ("column_slice", "aten_slice_copy_tensor", True),
+    ],
+)
+def test_the_constraints_keep_what_xnnpack_keeps_off(name, node, delegated):
+    """The matrix test's models for a constraint: the op is delegated, or not, as said."""
+    both = assert_both_agree(torch.export.export(quantized(name), inputs(name)))
+    assert tagged(both, node) == delegated
+
+
+def without_quantize_after(model: torch.fx.GraphModule, op: str) -> torch.fx.GraphModule:
+    """``model`` with the quantize/dequantize pair after the ``op`` node removed: the op's
+    float output goes straight to its user (a graph XNNPACKQuantizer does not make)."""
+    (node,) = [n for n in model.graph.nodes if n.op == "call_function" and op in str(n.target)]
+    (quantize,) = node.users
+    (dequantize,) = quantize.users
+    dequantize.replace_all_uses_with(node)
+    model.graph.erase_node(dequantize)
+    model.graph.erase_node(quantize)
+    model.recompile()
+    return model
+
+
+def with_scale_after(model: torch.fx.GraphModule, op: str, factor: float):
+    """``model`` with the scale of the quantize/dequantize pair after ``op`` times ``factor``."""
+    (node,) = [n for n in model.graph.nodes if n.op == "call_function" and op in str(n.target)]
+    (quantize,) = node.users
+    (dequantize,) = quantize.users
+    for q in (quantize, dequantize):
+        q.args = (q.args[0], q.args[1] * factor, *q.args[2:])
+    model.recompile()
+    return model
+
+
+def differs(program) -> bool:
+    both = BothPartitioners()
+    with pytest.raises(_Partitioned):
+        to_edge_transform_and_lower(program, partitioner=[both])
+    return both.tagged["course"] != both.tagged["xnnpack"]
+
+
+def test_a_zero_pad_read_by_an_int8_conv_alone_joins_the_conv(monkeypatch):
+    """dequantize -> pad -> conv: XNNPACK makes the pad the conv's padding, the dequantize
+    before it folded into the int8 conv; both partitioners take the pad into the conv's
+    pattern (without that rule, the course's would differ)."""
+    model = without_quantize_after(quantized("zero_pad"), "pad")
+    program = torch.export.export(model, inputs("zero_pad"))
+    both = assert_both_agree(program)
+    assert tagged(both, "aten_constant_pad_nd_default")
+    monkeypatch.setattr(edge, "_conv_absorbs", lambda pad: False)
+    assert differs(program), "the test reaches the rule"
+
+
+def test_an_int8_slice_that_rescales_is_left_out(monkeypatch):
+    """XNNPACK's int8 slice keeps its input's scale: a quantize with another scale after it
+    keeps the slice off XNNPACK, for both partitioners (without that constraint, the
+    course's would differ)."""
+    model = with_scale_after(quantized("column_slice"), "slice", 2.0)
+    program = torch.export.export(model, inputs("column_slice"))
+    both = assert_both_agree(program)
+    assert not tagged(both, "aten_slice_copy_tensor")
+    monkeypatch.setitem(edge.SUPPORTED, "slice_copy.Tensor", edge.Op(int8=True))
+    assert differs(program), "the test reaches the constraint"
+
+
+def test_a_layer_left_float_is_a_float_gemm_for_both():
+    """XNNPACKQuantizer leaves the first conv float: both delegate it as a float conv, with
+    its constant weight and bias and the ReLU after it."""
+    program = refused_program(TwoConvs(), all_but("conv2d")())
+    both = assert_both_agree(program)
+    assert tagged(both, "aten_convolution_default") and tagged(both, "aten_relu_default")
 
 
 def test_a_table_without_xnnpacks_constraint_is_caught(monkeypatch):
@@ -529,15 +653,15 @@ class PReLU(nn.Module):
         return self.act(self.conv(x))
 
 
-class LeakyReLU(nn.Module):
-    """XNNPACK runs leaky_relu in float; the table does not know it."""
+class CumSum(nn.Module):
+    """A cumulative sum after a conv: an op neither table lists."""
 
     def __init__(self):
         super().__init__()
-        self.fc = nn.Linear(16, 16)
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
 
     def forward(self, x):
-        return nn.functional.leaky_relu(self.fc(x))
+        return torch.cumsum(self.conv(x), dim=1)
 
 
 def refused_program(model, quantizer):
@@ -555,8 +679,7 @@ def all_but(node_name):
 REFUSED = [
     # (model, quantizer, the node the message names, words it must contain)
     (PReLU, xnnpack, "prelu", "does not know prelu.default"),
-    (TwoConvs, all_but("conv2d"), "aten_convolution_default", "float weight"),
-    (LeakyReLU, xnnpack, "aten_leaky_relu_default", "does not know leaky_relu.default"),
+    (CumSum, xnnpack, "aten_cumsum_default", "does not know cumsum.default"),
     (
         lambda: build("linear_relu"),
         lambda: xnnpack(is_dynamic=True),
@@ -567,7 +690,7 @@ REFUSED = [
 
 
 @pytest.mark.parametrize(("make_model", "make_quantizer", "node", "words"), REFUSED)
-def test_unknown_or_float_nodes_raise_naming_the_node(make_model, make_quantizer, node, words):
+def test_unknown_nodes_raise_naming_the_node(make_model, make_quantizer, node, words):
     program = refused_program(make_model(), make_quantizer())
     with pytest.raises(NotImplementedError, match=words) as refused:
         to_edge_transform_and_lower(program, partitioner=[edge.CoursePartitioner()])

@@ -300,8 +300,10 @@ with expect_error(TypeError, match="expects an ExportedProgram, got a GraphModul
 #              "aten_linear_default" in names
 #              for names in delegated(theirs.exported_program()).values()
 #          ), "XNNPACK delegates it as a float GEMM"
-#          with expect_error(NotImplementedError, match="float weight"):
-#              to_edge_transform_and_lower(float_fc, partitioner=[CoursePartitioner()])
+#          mine = to_edge_transform_and_lower(float_fc, partitioner=[CoursePartitioner()])
+#          assert delegated(mine.exported_program()) == delegated(
+#              theirs.exported_program()
+#          ), "CoursePartitioner delegates it alike"
 #
 # Further reading
 # ---------------

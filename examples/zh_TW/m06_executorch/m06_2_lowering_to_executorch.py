@@ -292,8 +292,10 @@ with expect_error(TypeError, match="expects an ExportedProgram, got a GraphModul
 #              "aten_linear_default" in names
 #              for names in delegated(theirs.exported_program()).values()
 #          ), "XNNPACK 把它當成浮點數 GEMM 委派"
-#          with expect_error(NotImplementedError, match="float weight"):
-#              to_edge_transform_and_lower(float_fc, partitioner=[CoursePartitioner()])
+#          mine = to_edge_transform_and_lower(float_fc, partitioner=[CoursePartitioner()])
+#          assert delegated(mine.exported_program()) == delegated(
+#              theirs.exported_program()
+#          ), "CoursePartitioner 也一樣委派它"
 #
 # 延伸閱讀
 # --------

@@ -403,6 +403,20 @@ _TEXTS = {
             "這裡它前面是 {producer}（{producer_op}）"
         ),
     },
+    "x86 unary function": {
+        "en": (
+            "x86 fuses {op} right after {producer} only when both are module calls "
+            "({patterns} as nn.Linear/nn.Conv then an activation module: "
+            "find_sequential_partitions); here {called} is a function called inside {module}: "
+            "call it through a module (e.g. nn.ReLU()) before export"
+        ),
+        "zh_TW": (
+            "x86 只在兩者都是模組呼叫時，才把 {op} 融合進緊接在前的 {producer}"
+            "（{patterns}：先 nn.Linear／nn.Conv，再一個激活函數模組；"
+            "find_sequential_partitions）；這裡 {called} 是在 {module} 裡呼叫的函式：export 之前"
+            "改成透過模組呼叫（例如 nn.ReLU()）"
+        ),
+    },
     "x86 unary busy": {
         "en": "x86 fuses {op} only right after {patterns}; {producer} before it has other users",
         "zh_TW": "x86 只在緊接著 {patterns} 時融合 {op}；它前面的 {producer} 還有其他使用者",
@@ -1372,6 +1386,17 @@ class _X86Rules:
             first_ops = {p.split(" + ")[0] for p in patterns}
             if _op_name(producer) in first_ops and len(producer.users) > 1:
                 return _text("x86 unary busy", op=op, patterns=said, producer=producer.name)
+            if _op_name(producer) in first_ops:
+                called = [n for n in (producer, node) if not _called_as_module(n)]
+                if called:
+                    return _text(
+                        "x86 unary function",
+                        op=op,
+                        patterns=said,
+                        producer=producer.name,
+                        called=called[-1].name,
+                        module=_innermost_module(called[-1]) or "the model",
+                    )
             return _text(
                 "x86 unary",
                 op=op,
@@ -1402,6 +1427,31 @@ def _op_name(node) -> str:
     if node.op == "call_function" and hasattr(node.target, "_overloadpacket"):
         return node.target._overloadpacket.__name__
     return node.op
+
+
+#: The modules x86's conv/linear + activation patterns match (find_sequential_partitions
+#: reads each node's module: source_fn_stack, else the innermost of nn_module_stack).
+_PATTERN_MODULES = {
+    "Linear", "Conv1d", "Conv2d", "ReLU", "ReLU6", "LeakyReLU", "Tanh", "GELU", "Hardtanh",
+    "Hardswish", "SiLU",
+}  # fmt: skip
+
+
+def _innermost_module(node) -> str:
+    """The class name of the module export recorded ``node`` inside (``Linear``), or ``""``."""
+    stack = node.meta.get("source_fn_stack") or []
+    if stack and isinstance(stack[-1][1], type):
+        return stack[-1][1].__name__
+    modules = node.meta.get("nn_module_stack") or {}
+    if not modules:
+        return ""
+    kind = list(modules.values())[-1][1]
+    return kind.__name__ if isinstance(kind, type) else str(kind).rsplit(".", 1)[-1]
+
+
+def _called_as_module(node) -> bool:
+    """Whether ``node`` is the call of a module x86's patterns match (nn.ReLU, not F.relu)."""
+    return _innermost_module(node) in _PATTERN_MODULES
 
 
 def _described(node) -> str:

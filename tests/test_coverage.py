@@ -918,3 +918,39 @@ def test_what_x86_reports_fused_runs_as_a_post_op_of_onednns_kernel(monkeypatch)
             compiled(*args)
             ran = kernels_run(compiled, args)
         assert ran.post_ops[kernel] == post_ops, ran.summary
+
+
+class LinearThenFunctionalRelu(nn.Module):
+    """The relu as ``nn.TransformerEncoderLayer`` calls its activation: a function, no module."""
+
+    def __init__(self, module: bool):
+        super().__init__()
+        torch.manual_seed(0)
+        self.linear = nn.Linear(16, 16)
+        self.relu = nn.ReLU() if module else None
+
+    def forward(self, x):
+        y = self.linear(x)
+        return self.relu(y) if self.relu is not None else torch.nn.functional.relu(y)
+
+
+@pytest.mark.parametrize("module", [True, False], ids=["nn.ReLU", "F.relu"])
+def test_a_relu_after_a_linear_fuses_only_as_a_module_call(module):
+    """x86's linear + relu pattern reads each node's module (find_sequential_partitions): the
+    same graph ops, fused with nn.ReLU, float with F.relu, whose reason names the fix."""
+    args = (torch.randn(4, 16),)
+    graph = export_module(LinearThenFunctionalRelu(module).eval(), args)
+    relu = coverage(graph, x86(), every_op=True)["relu"]
+    if module:
+        assert relu.status == "int8 fused", relu.reason
+    else:
+        assert relu.status == "float"
+        assert "function called inside LinearThenFunctionalRelu" in relu.reason
+        assert "nn.ReLU()" in relu.reason
+
+
+def test_the_encoder_layers_relu_is_float_because_it_is_a_function_call():
+    graph, _ = exported("encoder_layer")
+    relu = coverage(graph, x86(), every_op=True)["relu"]
+    assert relu.status == "float"
+    assert "function called inside TransformerEncoderLayer" in relu.reason

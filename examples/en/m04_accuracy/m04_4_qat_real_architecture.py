@@ -208,9 +208,8 @@ assert kinds["BatchNorm statistics"] == 2 * modules
 # normalizes with the running statistics that ``convert_pt2e`` will fold into its conv, so
 # the weights train against the fold the int8 model will have. ``disable_observer`` is a
 # buffer (in the checkpoint); the BatchNorm freeze is an argument in the graph (not in it).
-# The learning rate falls by about three each epoch, so the last epochs settle: kept at 3e-4
-# for every epoch, the int8 model's test accuracy swung by one to two points from one epoch
-# to the next when this page was written (not asserted here).
+# The learning rate falls by about three each epoch, as fine-tuning schedules do: the last
+# epochs take small steps.
 
 qat_model.apply(disable_observer)
 freeze_batch_norm(qat_model)
@@ -341,8 +340,7 @@ assert abs(pte_accuracy - qat_accuracy) <= 0.01 and agree >= 0.98 * len(labels)
 # Not every class agrees: XNNPACK computes each int8 conv with integer accumulators and
 # requantizes once, while the q/dq model computes in float between a dequantize and a
 # quantize, so an output can land one int8 step apart. Behind a per-tensor scale stretched by
-# the outlier, one step is wide enough to flip a few close calls. Without the planted channel
-# the two agreed on every test image when this page was written (not asserted here).
+# the outlier, one step is wide enough to flip a few close calls.
 
 # %%
 # Step 8 — fp32, PTQ and QAT

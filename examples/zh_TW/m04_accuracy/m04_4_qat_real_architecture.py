@@ -205,8 +205,7 @@ assert kinds["BatchNorm statistics"] == 2 * modules
 # ``convert_pt2e`` 之後會折疊進 conv 的 running 統計值來正規化，所以 weight 是對著 int8 模型
 # 將來的折疊結果訓練的。``disable_observer`` 改的是 buffer（在 checkpoint 裡）；凍結
 # BatchNorm 改的是 graph 裡的參數（不在 checkpoint 裡）。學習率每個 epoch 大約降為三分之一，
-# 讓最後幾個 epoch 穩定下來：撰寫本頁時，若每個 epoch 都維持 3e-4，int8 模型的測試準確度在
-# 相鄰 epoch 之間會擺盪一到兩個百分點（這裡不做 assert）。
+# 和一般微調的排程一樣：最後幾個 epoch 只走小步。
 
 qat_model.apply(disable_observer)
 freeze_batch_norm(qat_model)
@@ -334,8 +333,7 @@ assert abs(pte_accuracy - qat_accuracy) <= 0.01 and agree >= 0.98 * len(labels)
 # %%
 # 分類結果並非全部一致：XNNPACK 以整數累加器計算每個 int8 conv、最後只重新量化一次，而
 # q/dq 模型在 dequantize 與 quantize 之間用浮點數計算，所以輸出可能差一個 int8 刻度。在被
-# 離群值撐大的 per-tensor scale 後面，一個刻度就寬到足以翻轉幾個勢均力敵的判斷。撰寫本頁
-# 時，沒有植入通道的模型兩者在每張測試影像上都一致（這裡不做 assert）。
+# 離群值撐大的 per-tensor scale 後面，一個刻度就寬到足以翻轉幾個勢均力敵的判斷。
 
 # %%
 # 步驟 8 — fp32、PTQ 與 QAT

@@ -340,8 +340,8 @@ assert abs(pte_accuracy - qat_accuracy) <= 0.01 and agree >= 0.98 * len(labels)
 # -------------------------
 # 同一個模型、同一份 per-tensor 配方、同樣 500 張測試影像；數字都是這次建置量到的。assert 的
 # 是：PTQ 掉了超過 3 個百分點（步驟 1），QAT 至少拿回其中一半，且與 fp32 相差不到 1 個百分點。
-# 撰寫本頁時，QAT 最後都比 fp32 高：在這台機器的 AVX-512 kernel 上是 97.4% 對 97.0%，在 AVX2
-# 上是 97.0% 對 95.4%（浮點數模型是用那些 kernel 訓練的）：500 張測試影像上，差幾張都有可能。
+# 換一條 kernel 路徑，就會訓練出另一個浮點數模型（weight 依路徑分別快取），所以這三個數字
+# 會在 500 張測試影像中差個幾張。
 
 table = {"fp32": fp32_accuracy, "PTQ (per-tensor)": ptq_accuracy, "QAT (per-tensor)": qat_accuracy}
 for label, value in table.items():

@@ -160,3 +160,12 @@ def test_sdpas_float_matmuls_are_not_in_the_float_kernels():
     ran = kernels_run(attention, qkv)
     assert not ran.float and not ran.int8, ran.summary
     assert not any("scaled_dot_product" in name for name in FLOAT_KERNELS)
+
+
+def test_time_by_kind_runs_at_the_thread_count_it_is_given_and_restores_the_callers():
+    from common.kernels import time_by_kind
+
+    seen, before = [], torch.get_num_threads()
+    split = time_by_kind(lambda x: seen.append(torch.get_num_threads()) or x, (1,), threads=1)
+    assert set(seen) == {1} and torch.get_num_threads() == before
+    assert split["int8"] == split["float"] == 0.0 and split["total"] >= split["other"]

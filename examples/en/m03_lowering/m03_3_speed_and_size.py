@@ -336,7 +336,10 @@ print(
 # reorders, pooling, inductor's fused loops):
 
 with torch.no_grad():
-    split = {label: time_by_kind(frozen.models[label], x) for label in ("fp32", "int8")}
+    split = {
+        label: time_by_kind(frozen.models[label], x, threads=frozen.threads)
+        for label in ("fp32", "int8")
+    }
 for label, parts in split.items():
     print(f"{label}: " + ", ".join(f"{kind} {ms:.2f} ms" for kind, ms in parts.items()))
 compute = split["fp32"]["float"] / split["int8"]["int8"]

@@ -11,7 +11,7 @@ import html
 import sys
 from pathlib import Path
 
-__all__ = ["reset", "scraper"]
+__all__ = ["forget_earlier_pictures", "reset", "scraper"]
 
 
 def reset(gallery_conf, fname) -> None:
@@ -42,7 +42,21 @@ def reset(gallery_conf, fname) -> None:
         export_once()
     lang = Path(gallery_conf["src_dir"]).name
     name = Path(fname).stem
+    forget_earlier_pictures(Path(gallery_conf["src_dir"]), name)
     lesson.start(lang=lang, name=name, results=results_folder(lang), measured=MEASURED_ONCE)
+
+
+def forget_earlier_pictures(src_dir: Path, name: str) -> None:
+    """Remove the pictures an earlier run of lesson ``name`` left. sphinx-gallery overwrites
+    the ones a run writes again but keeps the others, and takes a lesson's thumbnail from the
+    first of ``_001.png``, ``_001.svg`` it finds: a lesson whose first picture became a graph
+    (svg) kept its old chart (png) as its thumbnail."""
+    images = [
+        *src_dir.glob(f"lessons/*/images/sphx_glr_{name}_[0-9][0-9][0-9]*"),
+        *src_dir.glob(f"lessons/*/images/thumb/sphx_glr_{name}_thumb.*"),
+    ]
+    for picture in images:
+        picture.unlink()
 
 
 def forget_earlier_main() -> None:

@@ -131,3 +131,19 @@ def test_the_build_exports_torchaos_pattern_graphs_once_in_every_module_that_hol
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_a_lesson_run_again_keeps_no_picture_of_its_earlier_run(tmp_path):
+    """A lesson whose first picture was a chart (png) and is now a graph (svg): sphinx-gallery
+    would take the stale png as its thumbnail, so the pictures of the earlier run go first."""
+    from course_gallery import forget_earlier_pictures
+
+    images = tmp_path / "lessons" / "m04_accuracy" / "images"
+    (images / "thumb").mkdir(parents=True)
+    thumbs = images / "thumb"
+    stale = [images / "sphx_glr_m04_4_qat_001.png", thumbs / "sphx_glr_m04_4_qat_thumb.png"]
+    kept = [images / "sphx_glr_m04_3_qat_001.png", thumbs / "sphx_glr_m04_3_qat_thumb.svg"]
+    for path in stale + kept:
+        path.write_bytes(b"")
+    forget_earlier_pictures(tmp_path, "m04_4_qat")
+    assert not any(p.exists() for p in stale) and all(p.exists() for p in kept)

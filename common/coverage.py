@@ -412,8 +412,8 @@ _TEXTS = {
         ),
         "zh_TW": (
             "x86 只在兩者都是模組呼叫時，才把 {op} 融合進緊接在前的 {producer}"
-            "（{patterns}：先 nn.Linear／nn.Conv，再一個激活函數模組；"
-            "find_sequential_partitions）；這裡 {called} 是在 {module} 裡呼叫的函式：export 之前"
+            "（{patterns}：先 nn.Linear／nn.Conv，再接 nn.ReLU 這類模組；"
+            "find_sequential_partitions）；這裡 {called} 是在 {module} 裡呼叫的函式：匯出之前"
             "改成透過模組呼叫（例如 nn.ReLU()）"
         ),
     },

@@ -366,7 +366,7 @@ _TEXTS = {
         "zh_TW": (
             "add 的輸入經過一個 eval 模式的 dropout（{dropout}）才來自 {producer}：x86 的 "
             "{producer_kind} + add 模式要 add 緊接在 {producer_kind} 之後；在 prepare_pt2e "
-            "之前拿掉 eval 模式的 dropout 節點"
+            "之前拿掉 eval 模式的 dropout node"
         ),
     },
     "x86 propagation": {

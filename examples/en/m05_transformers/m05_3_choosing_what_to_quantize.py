@@ -320,7 +320,7 @@ else:
 # three versions, each compiled ahead of time with freezing into an AOTInductor package
 # (M03-4). ``common.aoti.compiled_package`` keeps each package in ``build/cache/``, keyed by
 # the program, torch's version, the kernel path and the timing's thread count (inductor
-# writes the thread count into its code), so a rebuild loads it instead of compiling again.
+# specializes its CPU kernels on it), so a rebuild loads it instead of compiling again.
 # What is asserted is what the compiler made, read from each package's generated C++: the
 # float encoder calls oneDNN's float linear, both int8 encoders call its int8 linear for
 # all 24 linears, the residual add fused into the out projection and ``fc2``.

@@ -231,10 +231,11 @@ assert (x86.weight.dtype, x86.input_activation.dtype) == (torch.int8, torch.uint
 # subclasses, so ``also_key`` names them instead.
 #
 # PT2E's compiled graph runs oneDNN's int8 linear for every linear. The ``quantize_``
-# int8-dynamic model runs int8 kernels only, of two kinds: ATen's ``aten::_int_mm`` and, where
-# torchao's inductor passes rewrote the pattern, oneDNN's int8 linear (``kernels_run`` counts
-# both as int8; ``matmuls`` lists the matrix products by name). The weight-only model, frozen,
-# runs float kernels only: freezing folds the dequantization of its constant weights away,
+# int8-dynamic model runs every linear on an int8 kernel, of two kinds: ATen's
+# ``aten::_int_mm`` and, where torchao's inductor passes rewrote the pattern, oneDNN's int8
+# linear (``kernels_run`` counts both as int8; ``matmuls`` lists the matrix products by
+# name). The weight-only model, frozen, runs float kernels only: freezing folds the
+# dequantization of its constant weights away,
 # and what is left is a float model with rounded weights, its weights fp32 again in memory:
 # weight-only saves no memory at run time once frozen on a CPU.
 
@@ -338,7 +339,7 @@ assert static["act_quant_scale"] is None, "the activations' scale: the caller's 
 #    ``common.data.export_digits_model`` does), and compile it and the ``quantize_``
 #    int8-dynamic model with ``torch.compile``'s default, ``dynamic=None``: a second batch size
 #    then recompiles with a dynamic batch, the case where m99_3's int8 convs fail. Predict: at
-#    batch 4, then at batch 1, which of the two runs int8 kernels only?
+#    batch 4, then at batch 1, which of the two runs every linear on an int8 kernel?
 #
 #    .. dropdown:: Solution
 #
@@ -357,7 +358,7 @@ assert static["act_quant_scale"] is None, "the activations' scale: the caller's 
 #                  for n in (4, 1):
 #                      default(tokens[0][:n])  # batch 1 recompiles, with a dynamic batch
 #                      ran = kernels_run(default, (tokens[0][:n],))
-#                      assert ran.int8 and not ran.float, f"{key}, batch {n}: int8 only"
+#                      assert ran.int8 and not ran.float, f"{key}, batch {n}: every linear int8"
 #          # both, at both sizes: the int8 linears lower with a dynamic batch too;
 #          # what fails in m99_3 is the int8 conv's layout check
 #

@@ -126,7 +126,7 @@ assert ptq_accuracy < fp32_accuracy - 0.03, "per-tensor PTQ 掉了超過 3 個�
 # %%
 # 步驟 2 — 用 QAT 設定做 prepare_qat_pt2e
 # ---------------------------------------
-# ``common.qat.prepare`` 以訓練模式、動態 batch 匯出一份複本，再用
+# ``common.qat.prepare`` 以訓練模式、動態批次匯出一份副本，再用
 # ``get_symmetric_quantization_config(is_per_channel=False, is_qat=True)`` 呼叫
 # ``prepare_qat_pt2e``。為了訓練，每個 BatchNorm 都留在 graph 裡：MobileNetV2 每個 conv 後面
 # 都有一個。
@@ -147,7 +147,7 @@ assert len(batch_norms(qat_model)) == modules
 # 方式單獨 prepare。每個 conv 的 weight 在進入 fake quantize 之前先乘上
 # ``γ / √(running_var + ε)``，所以它訓練時對齊的 int8 刻度，就是 ``convert_pt2e`` 之後折疊
 # 出來的 weight 的刻度；conv 的輸出再除回去，交給 BatchNorm（標示出來的 node）正規化：統計值
-# 更新期間用這個 batch 自己的統計值，凍結之後用 running 統計值。
+# 更新期間用這個批次自己的統計值，凍結之後用 running 統計值。
 
 block = model.net.features[3]
 channels = block.conv[0][0].in_channels
@@ -227,7 +227,7 @@ assert all(torch.equal(a, b) for a, b in zip(means, now, strict=True)), "統計�
 # 步驟 5 — 在全新的 process 裡接著跑
 # ----------------------------------
 # prepare 過的 QAT 模型無法用 ``torch.export.save`` 儲存（它的 fake quantize 是模組，不是
-# op），而從浮點數模型重新 prepare，scale 與統計值都會從頭開始。可行的做法：*用同樣的方式*
+# op），而從浮點數模型重新 prepare，scale 與統計值都會從頭開始。可行的做法：「用同樣的方式」
 # 重建 prepare 後的模型（同樣的模型程式碼、同樣的範例輸入、同樣的 quantizer；未訓練的 weight
 # 無所謂，checkpoint 會覆蓋），載入兩份 state dict，再套用一次排程對 graph 的修改，然後繼續。
 # 下面的腳本在新的 Python 裡執行：從 checkpoint 跑第 2 個 epoch，再算出模型與 optimizer 每個

@@ -309,7 +309,7 @@ else:
 # d_model 256、64 個 token、MLP 1024；隨機 weight，輸入是四段 token），做成三個版本，每個都
 # 加上 freezing、預先編譯成 AOTInductor 套件（M03-4）。 ``common.aoti.compiled_package`` 把每個
 # 套件存在 ``build/cache/`` ，鍵是程式本身、torch 的版本、kernel 路徑與計時用的執行緒數
-# （inductor 會把執行緒數寫進它產生的程式碼），所以重建網站時直接載入，不必再編譯一次。
+# （inductor 產生的 CPU kernel 針對執行緒數特化），所以重建網站時直接載入，不必再編譯一次。
 # assert 檢查的是編譯器的產物：直接讀每個套件產生的 C++。浮點 encoder 呼叫 oneDNN 的浮點
 # linear，兩個 int8 encoder 的 24 個 linear 全都呼叫它的 int8 linear，殘差的加法與
 # out 投影、 ``fc2`` 融合。

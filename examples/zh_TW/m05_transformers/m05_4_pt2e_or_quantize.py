@@ -225,9 +225,10 @@ assert (x86.weight.dtype, x86.input_activation.dtype) == (torch.int8, torch.uint
 # 子類別裡的 weight，所以改用 ``also_key`` 為它們命名。
 #
 # PT2E 編譯後的圖，每個 linear 都執行 oneDNN 的 int8 linear。 ``quantize_`` 的 int8 動態模型
-# 只執行 int8 kernel，分成兩種：ATen 的 ``aten::_int_mm`` ，以及 torchao 的 inductor pass 改寫過
-# 的地方所用的 oneDNN int8 linear（ ``kernels_run`` 把兩種都算成 int8； ``matmuls`` 依名稱
-# 列出每個矩陣乘法）。只量化 weight 的模型經過 freezing 之後只執行浮點數 kernel：freezing 把常數
+# 的每個 linear 也都在 int8 kernel 上執行，分成兩種：ATen 的 ``aten::_int_mm`` ，以及
+# torchao 的 inductor pass 改寫過的地方所用的 oneDNN int8 linear（ ``kernels_run`` 把兩種
+# 都算成 int8； ``matmuls`` 依名稱列出每個矩陣乘法）。只量化 weight 的模型經過 freezing
+# 之後只執行浮點數 kernel：freezing 把常數
 # weight 的 dequantize 折疊掉了，剩下的是一個 weight 經過捨入的浮點數模型，記憶體裡的 weight
 # 又是 fp32：在 CPU 上經過 freezing 之後，只量化 weight 在執行時並不省記憶體。
 
@@ -265,7 +266,7 @@ print(f"{pad(LABELS['dynamic'], 28)} {products}")
 assert ran[LABELS["pt2e"]].int8, "PT2E：oneDNN 的 int8 linear"
 assert (
     set(products) <= {"aten::_int_mm", "onednn::qlinear_pointwise"} and sum(products.values()) == 24
-), "quantize_ int8 動態：只有 int8 kernel"
+), "quantize_ int8 動態：24 個 linear 都是 int8 kernel"
 assert ran[LABELS["weight_only"]].float and not ran[LABELS["weight_only"]].int8, (
     "只量化 weight、freezing 之後：只有浮點數 kernel"
 )
@@ -328,7 +329,7 @@ assert static["act_quant_scale"] is None, "活化值的 scale：由呼叫者提�
 #    ``common.data.export_digits_model`` 的做法一樣），再用 ``torch.compile`` 的預設值
 #    ``dynamic=None`` 編譯它和 ``quantize_`` 的 int8 動態模型：換成第二種批次大小時，會以動態
 #    批次重新編譯，也就是 m99_3 裡 int8 conv 失敗的情況。預測：先用批次 4、再用批次 1，兩者之中
-#    哪一個只執行 int8 kernel？
+#    哪一個的每個 linear 都在 int8 kernel 上執行？
 #
 #    .. dropdown:: 解答
 #
@@ -347,7 +348,7 @@ assert static["act_quant_scale"] is None, "活化值的 scale：由呼叫者提�
 #                  for n in (4, 1):
 #                      default(tokens[0][:n])  # 批次 1 會以動態批次重新編譯
 #                      ran = kernels_run(default, (tokens[0][:n],))
-#                      assert ran.int8 and not ran.float, f"{key}, 批次 {n}: 只有 int8"
+#                      assert ran.int8 and not ran.float, f"{key}, 批次 {n}：每個 linear 都是 int8"
 #          # 兩者都是，兩種批次大小都是：int8 linear 在動態批次下也能下放；
 #          # m99_3 裡失敗的是 int8 conv 的記憶體排列檢查
 #

@@ -218,9 +218,9 @@ assert torch.ops.aten.mul.Tensor in x86_inductor_quantizer.default_quantizable_o
 # ``nn.TransformerEncoderLayer`` （寬度 64、4 個 head、 ``batch_first=True`` ）。x86 把
 # attention 的兩個 linear 留在浮點數——它們是 ``nn.MultiheadAttention`` 裡的 ``F.linear``
 # 呼叫（M05-1）——兩個殘差 add 也一樣：x86 只在 add 緊接在 linear 後面時，把它融合進去一起
-# 量化，而這裡兩者之間夾著一個 eval 模式的 dropout 節點（這一層的原始碼寫的是
+# 量化，而這裡兩者之間夾著一個 eval 模式的 dropout node（這一層的原始碼寫的是
 # ``dropout2(linear2(...))`` ； ``nn.Dropout`` 在 eval 模式下什麼也不做，但 non-strict 匯出
-# 仍留下它的節點）。報告在 ``linear2`` 之後的 add 上點名這個 dropout；attention 之後的 add
+# 仍留下它的 node）。報告在 ``linear2`` 之後的 add 上點名這個 dropout；attention 之後的 add
 # 前面則有一個 dropout 與 MHA 的 reshape。XNNPACK 依運算而不是依模組找 linear，並且把 add
 # 當成獨立的運算量化：只有 SDPA 留在浮點數，它不在任何一個 quantizer 的集合裡。
 

@@ -258,8 +258,8 @@ for kwargs in ({}, {"mask": causal, "is_causal": True}, {"src_key_padding_mask":
 # 我們的 encoder 的報告：十二個 linear（每層的 q、k、v、out 與兩個前饋層），在靜態設定
 # 與 ``is_dynamic=True`` 下全都是 int8。attention 的 SDPA 留在浮點數，它不在 x86 的任何
 # 運算集合裡；殘差 add 也留在浮點數：每個 add 的輸入都是從 linear 經過一個 eval 模式的
-# dropout 節點才來的（這一層的 ``dropout1`` 與 ``dropout2`` ：在 eval 模式下什麼也不做，但
-# non-strict 匯出留下了節點），而 x86 只在 add 緊接在它的 linear 之後時才把它融合進去。
+# dropout node 才來的（這一層的 ``dropout1`` 與 ``dropout2`` ：在 eval 模式下什麼也不做，但
+# non-strict 匯出留下了 node），而 x86 只在 add 緊接在它的 linear 之後時才把它融合進去。
 # 報告的摘要點名了這些 dropout。
 
 for dynamic in (False, True):

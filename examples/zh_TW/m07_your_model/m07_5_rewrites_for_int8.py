@@ -4,10 +4,10 @@ M07-5 換來更多 int8 的改寫
 
 M07-1 的涵蓋報告與 M07-4 的運算圖鑑會告訴你，模型裡哪些運算留在浮點數。有五個小改寫能改變
 這一點，又不改變模型算出來的結果：把 ConvNeXt 的 layer scale 折疊進它前面的 linear、讓殘差
-add 緊接在它的 linear 之後、把 kernel 大小等於 stride 的 ``ConvTranspose2d`` 換成 1×1 conv
+add 緊接在它的 linear 之後、把 ``kernel_size`` 等於 stride 的 ``ConvTranspose2d`` 換成 1×1 conv
 加 ``pixel_shuffle`` 、給 XNNPACK 一個 4-D、 ``keepdim`` 的 mean，以及拿掉匯出後的
-``nn.TransformerEncoderLayer`` 保留下來的 eval 模式 dropout 節點。每一個改寫都讓更多運算
-成為 int8（改寫前後都以 assert 檢查），輸出也保持不變（同樣 assert）；接著編譯或 lowering、
+``nn.TransformerEncoderLayer`` 保留下來的 eval 模式 dropout node。每一個改寫都讓更多運算
+成為 int8（改寫前後都以 assert 檢查），輸出也保持不變（同樣 assert）；接著編譯或下放、
 讀出執行的 kernel 並計時。int8 的運算變多，不等於模型變快：inductor 本來就在它無論如何都要
 執行的迴圈裡算掉浮點數的逐元素運算；而其中一個改寫，遇上記憶體配置不對的影像，會慢上許多。
 
@@ -179,7 +179,7 @@ assert computing(add_report)["add"] == (1, 1) and float_ops(add_report) == 1
 
 # %%
 # 改寫前後 convert 出來的圖：第一張圖裡，add（標亮）隔著一個 permute 讀取 linear 的輸出；
-# 第二張圖裡，它直接接在 ``pwconv2`` 後面，兩者之間沒有 quantize 節點：這正是 oneDNN 用一個
+# 第二張圖裡，它直接接在 ``pwconv2`` 後面，兩者之間沒有 quantize node：這正是 oneDNN 用一個
 # kernel 執行的模式。
 
 convnext_int8 = {
@@ -254,7 +254,7 @@ assert reference == {FOLDED: False, ADD_NEXT: True}
 # %%
 # 步驟 3 — 把 ConvTranspose2d 換成 1×1 conv 加 pixel_shuffle
 # ----------------------------------------------------------
-# U-Net 解碼器的一步：一個 stride 2 的 conv 往下（接 ReLU）、一個 kernel 大小 2、stride 2
+# U-Net 解碼器的一步：一個 stride 2 的 conv 往下（接 ReLU）、一個 ``kernel_size`` 2、stride 2
 # 的 ``ConvTranspose2d`` 往上、skip 串接、一個 3×3 conv。x86 沒有 int8 的轉置 conv：
 # ``conv_transpose2d`` 不在它的運算集合裡，於是留在浮點數。
 
@@ -280,7 +280,7 @@ print(unet_report[unet_report.names(op="conv_transpose2d")[0]].why)
 assert computing(unet_report)["conv"] == (2, 3), "轉置 conv 是浮點數"
 
 # %%
-# 當 kernel 大小 = stride = r（而且沒有 padding），每個輸入像素寫出輸出裡屬於它自己的一塊
+# 當 ``kernel_size`` = stride = r（而且沒有 padding），每個輸入像素寫出輸出裡屬於它自己的一塊
 # r×r： ``out[c, r·i + a, r·j + b] = Σ_k W[k, c, a, b] · x[k, i, j] + bias[c]`` 。這就是
 # 一個輸出 ``c · r²`` 個通道的 1×1 conv，而 ``pixel_shuffle(r)`` 把它的第 ``c·r² + a·r + b``
 # 個通道搬到 ``(c, r·i + a, r·j + b)`` 。 ``as_pixel_shuffle`` 從 ``ConvTranspose2d`` 的
@@ -397,7 +397,7 @@ assert xnnpack_reports[MEAN_OVER_T].statuses("mean") == {"float": 1}
 assert xnnpack_reports[MEAN_4D].statuses("mean") == {"int8 shared": 1}
 
 # %%
-# 用 ``XnnpackPartitioner`` lowering，再帶著 ETDump 在 ExecuTorch runtime 上執行一次
+# 用 ``XnnpackPartitioner`` 下放，再帶著 ETDump 在 ExecuTorch runtime 上執行一次
 # （ ``operators_run`` ，M06）：改寫前，有一個 portable kernel ``mean.out`` 以浮點數執行；
 # 改寫後一個也沒有：每個運算都在 XNNPACK 裡執行，每個 XNNPACK 運算子都處理 int8 資料。兩個
 # 程式與浮點數模型的差距都在 0.02 之內。
@@ -430,12 +430,12 @@ print(spotter_timing.table())
 print(verdict(spotter_timing, MEAN_OVER_T, MEAN_4D))
 
 # %%
-# 步驟 5 — 拿掉 eval 模式的 dropout 節點
+# 步驟 5 — 拿掉 eval 模式的 dropout node
 # --------------------------------------
 # ``nn.TransformerEncoderLayer`` （寬度 64、4 個 head）計算 ``norm2(x + dropout2(linear2(
 # ...)))`` 。在 eval 模式下 ``dropout2`` 什麼也不做，但匯出的圖把它留成一個 ``train=False``
-# 的 ``aten.dropout`` 節點，夾在 ``linear2`` 與 add 之間；而 x86 的 linear + add 模式要求
-# add 緊接在 linear 之後（M07-1 的步驟 4）。一個圖的 pass 就能移除這類節點；訓練模式的
+# 的 ``aten.dropout`` node，夾在 ``linear2`` 與 add 之間；而 x86 的 linear + add 模式要求
+# add 緊接在 linear 之後（M07-1 的步驟 4）。一個圖的 pass 就能移除這類 node；訓練模式的
 # dropout 會改變輸出，所以遇到時它會拒絕。
 
 torch.manual_seed(0)
@@ -445,7 +445,7 @@ layer_graph = export_module(layer, tokens)
 
 
 def drop_eval_dropout(graph: torch.fx.GraphModule) -> list[str]:
-    """移除每個 ``train=False`` 的 ``aten.dropout`` 節點（恆等運算）；回傳它們的名稱。"""
+    """移除每個 ``train=False`` 的 ``aten.dropout`` node（恆等運算）；回傳它們的名稱。"""
     removed = []
     for node in graph.graph.find_nodes(op="call_function", target=aten.dropout.default):
         if node.args[2] is not False:
@@ -521,7 +521,7 @@ print(verdict(layer_race, WITH_DROPOUT, NO_DROPOUT))
 #
 # 練習
 # ----
-# 1. 不移除節點，改用 ``dropout=0.0`` 建立這層 Transformer。預測 x86 的 int8 add 數。
+# 1. 不移除 node，改用 ``dropout=0.0`` 建立這層 Transformer。預測 x86 的 int8 add 數。
 #
 #    .. dropdown:: 解答
 #
@@ -530,7 +530,7 @@ print(verdict(layer_race, WITH_DROPOUT, NO_DROPOUT))
 #          torch.manual_seed(0)
 #          zero = nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True).eval()
 #          zero_report = coverage(export_module(zero, tokens), x86_quantizer(), every_op=True)
-#          assert computing(zero_report)["add"] == (0, 2), "p=0.0 仍然匯出 dropout 節點"
+#          assert computing(zero_report)["add"] == (0, 2), "p=0.0 仍然匯出 dropout node"
 #
 # 2. 把 ``ConvTranspose2d(32, 16, 3, stride=2, padding=1)`` 交給 ``as_pixel_shuffle`` 。
 #    預測會發生什麼事。

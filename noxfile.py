@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import os
 import sys
 import time
 import tomllib
@@ -42,11 +43,15 @@ def _wanted(extras: str) -> str:
 
 @nox.session(python=PYTHON)
 def docs(session: nox.Session) -> None:
-    """Build the site in both languages into build/html (args go to sphinx-build)."""
+    """Build the site in both languages into build/html (args go to sphinx-build;
+    ``-- --lesson m07_4`` runs that lesson's twins alone and leaves every other page as it was)."""
     install(session, "docs")
     started = time.perf_counter()
+    args, lessons = lesson_option(session.posargs)
+    if lessons:  # read by docs/course_conf.py (sphinx-gallery's filename_pattern, the re-runs)
+        os.environ["PT2E_COURSE_LESSON"] = lessons
     # Both languages at once, then the site root (index.html, 404.html, sitemap.xml).
-    results = build_site(str(Path(session.bin) / "python"), BUILD, session.posargs)
+    results = build_site(str(Path(session.bin) / "python"), BUILD, args)
     for lang, (_, output) in results.items():
         if output.strip():
             print(f"--- sphinx-build {lang} ---\n{output.rstrip()}", flush=True)
@@ -68,6 +73,25 @@ def tests(session: nox.Session) -> None:
     if installed(docs_venv, "docs"):
         env["PT2E_COURSE_SITE_PYTHON"] = str(docs_venv / "bin" / "python")
     session.run("pytest", *session.posargs, env=env)
+
+
+def lesson_option(args: list[str]) -> tuple[list[str], str]:
+    """``args`` without ``--lesson NAME`` (or ``--lesson=NAME``), and the names it gave.
+
+    >>> lesson_option(["--lesson", "m07_4", "-v"])
+    (['-v'], 'm07_4')
+    """
+    rest, names = [], []
+    args = list(args)
+    while args:
+        arg = args.pop(0)
+        if arg == "--lesson" and args:
+            names.append(args.pop(0))
+        elif arg.startswith("--lesson="):
+            names.append(arg.split("=", 1)[1])
+        else:
+            rest.append(arg)
+    return rest, ",".join(names)
 
 
 def install_axe(session: nox.Session) -> None:

@@ -551,7 +551,7 @@ def report(m: Measurements, checks: list[tuple[str, bool, str]]) -> str:
         "what each module's pages cost the build beyond Sphinx's own work. A clean build runs "
         "the two languages at once on two cores, so a module adds about the mean of its two "
         "columns. In brackets, the part its timing steps took: timings are measured once per "
-        "build (`common.lesson.measured_once`), so the language that runs second shows the "
+        "build (`common.cache.measured_once`), so the language that runs second shows the "
         "first one's figures at almost no cost.",
         "",
         f"| module | {' | '.join(LANGUAGES)} | added to a clean build |",

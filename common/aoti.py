@@ -16,8 +16,9 @@ from pathlib import Path
 
 import torch
 
+from common.cache import cached_path
 from common.cpu import describe
-from common.lesson import cached_path, digest
+from common.digest import digest
 from common.timing import timing_threads
 
 __all__ = ["compiled_package", "kernel_calls", "kernels_ran", "package_key"]
@@ -31,7 +32,7 @@ def package_key(program: torch.export.ExportedProgram) -> str:
     path (``describe().kernel_path``: ``ATEN_CPU_CAPABILITY`` picks inductor's vector ISA,
     ``ONEDNN_MAX_CPU_ISA`` the layout of prepacked int8 weights) and ``timing_threads()``
     (inductor specializes its CPU kernels on the thread count), through
-    ``common.lesson.digest``, which adds the installed torch, torchao and ExecuTorch. The saved
+    ``common.digest.digest``, which adds the installed torch, torchao and ExecuTorch. The saved
     file itself makes no key: its bytes change from one compile to the next.
     """
     tensors = {**program.state_dict, **program.constants}
@@ -65,7 +66,7 @@ def compiled_package(
 
     Returns:
         Path: the ``.pt2`` file, ``<cache>/aoti/<name>-<package_key(program)>.pt2``
-        (``common.lesson.cached_path``; ``-nofreezing`` / ``-profiled`` after the name when
+        (``common.cache.cached_path``; ``-nofreezing`` / ``-profiled`` after the name when
         asked).
 
     Raises:

@@ -14,14 +14,10 @@ from pathlib import Path
 
 import torch
 
-from common.lesson import (
-    ROOT,
-    digest,
-    lesson_language,
-    measured_once,
-    quiet_environment,
-    waiting,
-)
+from common.cache import ROOT, measured_once
+from common.digest import digest
+from common.lesson import lesson_language
+from common.turns import subprocess_environment, waiting
 
 __all__ = [
     "ISA_PATHS",
@@ -293,7 +289,7 @@ def run_under_isa(isa: str, source: str, *, timeout: float = 900, key: str | Non
         key: what ``source`` computes, when its text does not say it all; by default the
             text without its comments, each file it names standing for its contents. While
             the site is built, the step runs once per key and the other language's build
-            reuses its answer (``common.lesson.measured_once``).
+            reuses its answer (``common.cache.measured_once``).
 
     Returns:
         dict: ``{"result": <result>, "cpu": CpuInfo.as_dict() of the subprocess}``.
@@ -336,11 +332,11 @@ def _run_under_isa(isa: str, source: str, timeout: float) -> dict:
         for variable in {name for path in ISA_PATHS.values() for name in path}:
             env.pop(variable, None)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-    env.update(quiet_environment())  # the step computes, and times, as part of the build
+    env.update(subprocess_environment())  # the step computes, and times, as part of the build
     program = "\n".join(
         [
             "import json",
-            "from common.lesson import working",
+            "from common.turns import working",
             "working()",
             "from common.pt2e import quiet",
             "quiet()",

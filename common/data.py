@@ -6,8 +6,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from common.cache import cached_path
 from common.cpu import describe
-from common.lesson import cached_path, digest
+from common.digest import digest
 
 __all__ = [
     "SPLITS",
@@ -18,6 +19,7 @@ __all__ = [
     "fit",
     "train_digits_cnn",
     "train_digits_vit",
+    "train_pass",
 ]
 
 #: Images per split. The 1,797 digits are shuffled once (seed 0) and cut in this order.
@@ -155,23 +157,31 @@ def fit(model: nn.Module, *, epochs: int, seed: int = 0, lr: float = _LEARNING_R
     """
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
         raise ValueError(f"epochs must be a positive integer, got {epochs!r}")
-    images, labels = digits("train")
+    _, labels = digits("train")
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     losses = []
     with _reproducible():
         for _ in range(epochs):
             order = torch.randperm(len(labels), generator=generator)
-            total = 0.0
-            for start in range(0, len(order), _BATCH):
-                batch = order[start : start + _BATCH]
-                loss = nn.functional.cross_entropy(model(images[batch]), labels[batch])
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
-                total += loss.item() * len(batch)
-            losses.append(total / len(order))
+            losses.append(train_pass(model, optimizer, order))
     return losses
+
+
+def train_pass(model: nn.Module, optimizer: torch.optim.Optimizer, order: torch.Tensor) -> float:
+    """One pass over the train split's images in ``order``, in batches of 32: cross-entropy,
+    backward, ``optimizer.step()``; the mean loss. The one training loop of ``fit`` and of
+    ``common.qat.train_epoch``; run it inside their one-thread, deterministic settings."""
+    images, labels = digits("train")
+    total = 0.0
+    for start in range(0, len(order), _BATCH):
+        batch = order[start : start + _BATCH]
+        loss = nn.functional.cross_entropy(model(images[batch]), labels[batch])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        total += loss.item() * len(batch)
+    return total / len(order)
 
 
 def train_digits_cnn(
@@ -183,7 +193,7 @@ def train_digits_cnn(
     weights bit for bit in any process whose CPU takes the same float kernels
     (``common.cpu.describe().kernel_path``; AVX2 and AVX-512 kernels round differently, so
     they train slightly different weights). The weights are kept in the course's cache
-    (``build/cache/`` in a source checkout, ``common.lesson.cache_folder``), keyed by this
+    (``build/cache/`` in a source checkout, ``common.cache.cache_folder``), keyed by this
     module's source, the stack's versions, the kernel path and the arguments, so later calls
     (other lessons, the other language's build, the tests) load them instead of training
     again.
@@ -209,7 +219,7 @@ def _trained(make, name: str, *, seed, epochs, cache: bool, lr: float = _LEARNIN
     """``make()`` seeded, then its weights from the course's cache or trained and kept there.
 
     The file is ``weights/<name>-<kernel path>-s<seed>-e<epochs>.pt`` in
-    ``common.lesson.cache_folder()`` (``name`` holds a digest of the source and the stack):
+    ``common.cache.cache_folder()`` (``name`` holds a digest of the source and the stack):
     float kernels of different ISAs round differently, so they train different weights.
     """
     if isinstance(seed, bool) or not isinstance(seed, int):

@@ -43,7 +43,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from common.lesson import alone, lesson_language
+from common.lesson import lesson_language
+from common.turns import alone
 
 __all__ = ["FLOAT_KERNELS", "KernelsRun", "kernels_run", "time_by_kind"]
 
@@ -328,7 +329,7 @@ def time_by_kind(
     conv_net's int8 kernels measured 0.3× to 4.4× as fast as its float ones from one call of
     this function to the next at two threads, 8× to 17× at one. While the site is built it
     runs while no other build process computes
-    (``common.lesson.alone``). Like every timing, print it; never assert on it.
+    (``common.turns.alone``). Like every timing, print it; never assert on it.
 
     Args:
         model: a callable, run in the caller's grad mode (as ``kernels_run``).

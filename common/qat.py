@@ -24,8 +24,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from common.data import _BATCH, _reproducible, _trained, digits, export_digits_model
-from common.lesson import digest
+from common.data import _reproducible, _trained, digits, export_digits_model, train_pass
+from common.digest import digest
 from common.vision_models import MobileNetV2
 
 __all__ = [
@@ -121,19 +121,11 @@ def train_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, epoch: int) 
     the same state in, on the same kernel path, gives the same state out bit for bit, in any
     process. Returns the mean loss.
     """
-    images, labels = digits("train")
+    _, labels = digits("train")
     order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(epoch))
-    total = 0.0
     with _reproducible():
         torch.manual_seed(epoch)
-        for start in range(0, len(order), _BATCH):
-            batch = order[start : start + _BATCH]
-            loss = nn.functional.cross_entropy(model(images[batch]), labels[batch])
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            total += loss.item() * len(batch)
-    return total / len(order)
+        return train_pass(model, optimizer, order)
 
 
 def batch_norms(gm: torch.fx.GraphModule) -> list:

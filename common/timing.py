@@ -13,10 +13,13 @@ from pathlib import Path
 
 import torch
 
+from common.cache import measured_once
 from common.charts import display_width, pad
 from common.cpu import CpuInfo, describe
+from common.digest import digest
 from common.kernels import kernels_run
-from common.lesson import alone, digest, lesson_language, measured_once
+from common.lesson import lesson_language
+from common.turns import alone
 
 __all__ = [
     "Race",
@@ -68,13 +71,6 @@ class Timing:
     def spread(self) -> float:
         """(high - low) / median: 0.1 means the middle 80 % of calls lie within 10 %."""
         return (self.high - self.low) / self.median if self.median else 0.0
-
-    @property
-    def median_known_to(self) -> float:
-        """(median_high - median_low) / median: how well the median is known, not one call."""
-        if self.median_low is None or self.median_high is None or not self.median:
-            return self.spread
-        return (self.median_high - self.median_low) / self.median
 
 
 def median_interval(values: list) -> tuple[float, float]:
@@ -206,7 +202,7 @@ def _percentile(values: list, q: float) -> float:
 def timing_key(models: dict, args: tuple, *settings) -> str | None:
     """A digest of what a timing depends on, or None when a model's code cannot be read.
 
-    The models as ``common.lesson.digest`` reads a module (code, plain attributes, every
+    The models as ``common.digest.digest`` reads a module (code, plain attributes, every
     parameter and buffer, the functions their classes call), the inputs' shapes and dtypes,
     the installed torch, torchao and ExecuTorch, this CPU and kernel path (``describe()``), the
     timing's thread count and any ``settings`` (e.g. compiled, freezing), and this module's
@@ -262,7 +258,7 @@ def compare_speed(
 
     To time ``torch.compile``'d models, use ``race``: it compiles them the way a fair timing
     needs. While the site is built, a timing is measured once and the other language's page
-    shows the same figures (``common.lesson.measured_once``), when its models are uncompiled
+    shows the same figures (``common.cache.measured_once``), when its models are uncompiled
     modules or the caller gives a ``key``.
 
     Args:

@@ -38,9 +38,13 @@ API_ORDER = (
     "common.qat",
     "common.coverage",
     "common.atlas",
+    "common.backends",
     "common.charts",
     "common.results",
     "common.lesson",
+    "common.cache",
+    "common.digest",
+    "common.turns",
     "common.migration",
 )
 

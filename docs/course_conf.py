@@ -1,6 +1,7 @@
 """Sphinx configuration shared by the per-language builds (docs/<lang>/conf.py)."""
 
 import os
+import re
 
 # The repository, the site's address and the languages are facts that nox and the tests
 # read without Sphinx: docs/site_facts.py.
@@ -139,6 +140,33 @@ if "google.colab" in sys.modules:
          "pt2e-course @ git+{COURSE_REPOSITORY}"],
         check=True,
     )"""
+
+
+#: The environment variable that names the lessons to build alone (``nox -s docs -- --lesson``):
+#: file-name prefixes, comma-separated (``m07_4`` or ``m07_4,quickstart``).
+LESSON_VARIABLE = "PT2E_COURSE_LESSON"
+
+
+def selected_lessons(value: str | None = None) -> list[str]:
+    """The lesson-name prefixes ``PT2E_COURSE_LESSON`` names; [] builds every lesson.
+
+    >>> selected_lessons("m07_4, quickstart")
+    ['m07_4', 'quickstart']
+    """
+    value = os.environ.get(LESSON_VARIABLE, "") if value is None else value
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def filename_pattern(selected: list[str]) -> str:
+    r"""sphinx-gallery's ``filename_pattern``: every script, or those whose name starts with
+    one of ``selected``.
+
+    >>> filename_pattern(["m07_4"])
+    '/(m07_4)[^/]*\\.py$'
+    """
+    if not selected:
+        return r"\.py$"
+    return "/(" + "|".join(re.escape(name) for name in selected) + r")[^/]*\.py$"
 
 
 def module_folders(lang: str) -> list[str]:
@@ -280,7 +308,9 @@ def make_config(lang: str) -> dict:
             # sphx_glr_lessons_<module>_<file>.py, lessons/<module>/<file>.html.
             "examples_dirs": [f"../../examples/{lang}/{module}" for module in modules],
             "gallery_dirs": [f"lessons/{module}" for module in modules],
-            "filename_pattern": r"\.py$",  # every script runs: a page shows what its code does
+            # Every script runs (a page shows what its code does), or with PT2E_COURSE_LESSON
+            # set only the lessons it names: the others' pages stay as their last run made them.
+            "filename_pattern": filename_pattern(selected_lessons()),
             "ignore_pattern": r"__init__\.py",
             # The course's graph pictures, then sphinx-gallery's own matplotlib charts.
             "image_scrapers": ("course_gallery.scraper", "matplotlib"),

@@ -17,7 +17,8 @@ __all__ = ["forget_earlier_pictures", "reset", "scraper"]
 def reset(gallery_conf, fname) -> None:
     """``reset_modules`` hook, run before each lesson: quiet the stack, state the lesson
     (``common.lesson.start``: its language, its pictures collected, the figures it publishes
-    sent to its own file, its timings kept for the other language's build), start it with
+    sent to its own file, its timings kept for the other language's build under its inputs,
+    ``course_sources.measured_key``), start it with
     inductor's default freezing (``common.timing.race`` sets freezing for its process, and
     every lesson of a language runs in one process), and once torchao is loaded, export its
     pattern graphs once for the whole build (docs/pattern_graphs.py).
@@ -30,7 +31,7 @@ def reset(gallery_conf, fname) -> None:
     from common import lesson
     from common.pt2e import quiet
 
-    from course_sources import MEASURED_ONCE, results_folder
+    from course_sources import MEASURED_ONCE, find_lesson, measured_key, results_folder
 
     quiet()
     if "torch._inductor.config" in sys.modules:
@@ -43,7 +44,14 @@ def reset(gallery_conf, fname) -> None:
     lang = Path(gallery_conf["src_dir"]).name
     name = Path(fname).stem
     forget_earlier_pictures(Path(gallery_conf["src_dir"]), name)
-    lesson.start(lang=lang, name=name, results=results_folder(lang), measured=MEASURED_ONCE)
+    script = find_lesson(lang, Path(fname).name)
+    lesson.start(
+        lang=lang,
+        name=name,
+        results=results_folder(lang),
+        measured=MEASURED_ONCE,
+        inputs=measured_key(script) if script else None,
+    )
 
 
 def forget_earlier_pictures(src_dir: Path, name: str) -> None:

@@ -20,7 +20,7 @@ from sphinx import addnodes
 from sphinx.transforms import SphinxTransform
 
 from course_conf import TEXT
-from course_sources import is_lesson_page, page_scripts
+from course_sources import common_closure, is_lesson_page, page_scripts
 from site_facts import COLAB_NOTEBOOKS, COURSE_REPOSITORY, SITE_URL, other_language
 
 
@@ -93,10 +93,12 @@ def run_needs(lang: str, scripts: list[Path]) -> str:
     literals in reST's double backquotes.
 
     The course's helpers with their pinned torch and torchao (one pip command from the
-    course's repository), ExecuTorch (and NNCF with OpenVINO) for the lessons that import
-    them, Graphviz, and a C++ compiler for the lessons that call ``torch.compile``.
+    course's repository), ExecuTorch (and NNCF with OpenVINO) where the scripts or the
+    ``common`` modules they import (``common_closure``) import them, Graphviz, and a C++
+    compiler where they call ``torch.compile`` or compile an AOTInductor package.
     """
-    trees = [ast.parse(script.read_text("utf-8")) for script in scripts]
+    files = {*scripts, *(path for script in scripts for path in common_closure(script))}
+    trees = [ast.parse(path.read_text("utf-8")) for path in sorted(files)]
     nodes_ = [node for tree in trees for node in ast.walk(tree)]
     install = f"pt2e-course @ git+{COURSE_REPOSITORY}"
     extra = ""
@@ -116,13 +118,14 @@ def run_needs(lang: str, scripts: list[Path]) -> str:
 
 
 def _is_torch_compile(node) -> bool:
-    """A call of ``torch.compile(...)`` in a lesson's code (not in its comments or strings)."""
+    """A call that makes inductor write C++ (``torch.compile(...)``,
+    ``torch._inductor.aoti_compile_and_package(...)``), in code (not in comments or strings)."""
     function = getattr(node, "func", None) if isinstance(node, ast.Call) else None
-    return (
-        isinstance(function, ast.Attribute)
-        and function.attr == "compile"
-        and getattr(function.value, "id", None) == "torch"
-    )
+    if not isinstance(function, ast.Attribute):
+        return False
+    if function.attr == "aoti_compile_and_package":
+        return True
+    return function.attr == "compile" and getattr(function.value, "id", None) == "torch"
 
 
 def _paragraph(text: str, classes: list[str]) -> nodes.paragraph:

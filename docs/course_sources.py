@@ -7,7 +7,10 @@ Not an extension: the generated pages (course_directives.py), the landing page's
 (course_rerun.py) and the gallery hooks (course_gallery.py) share it.
 """
 
+import ast
+import hashlib
 import re
+from importlib import metadata
 from pathlib import Path
 
 from course_conf import ROOT, module_folders
@@ -15,11 +18,15 @@ from course_conf import ROOT, module_folders
 __all__ = [
     "MEASURED_ONCE",
     "card_picture",
+    "common_closure",
+    "find_lesson",
     "focus_picture",
+    "inputs_digest",
     "is_lesson_page",
     "lesson_label",
     "lesson_number",
     "lesson_sources",
+    "measured_key",
     "module_readme",
     "module_scripts",
     "page_scripts",
@@ -130,3 +137,117 @@ def results_folder(lang: str) -> Path:
 #: Where timings are kept while the site is built, shared by both languages' builds
 #: (common.timing.measured_once): keyed by what was timed, so both pages show one measurement.
 MEASURED_ONCE = ROOT / "build" / "cache" / "measured"
+
+
+# ------------------------------------------------------------- what a lesson's run depends on
+
+COMMON = ROOT / "common"
+#: The packages whose versions every lesson's inputs include: a new release runs it again.
+STACK = ("torch", "torchao", "executorch")
+
+
+def _imported_modules(code: str, package: str = "") -> set[str]:
+    """The dotted names ``code`` imports, anywhere (inside functions too), and those of the
+    code it holds in string constants that parse as Python (a step a lesson hands to a fresh
+    interpreter, ``common.cpu.run_under_isa``). ``package``: the package ``code`` belongs to,
+    for its relative imports (``from .rules import X`` in ``common.backends.xnnpack``)."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return set()
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*parent, *([node.module] if node.module else [])])
+            found.add(base)
+            found |= {f"{base}.{alias.name}" for alias in node.names}
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if "import" in node.value and "\n" in node.value:
+                found |= _imported_modules(node.value, package)
+    return found
+
+
+def _module_files(name: str) -> list[Path]:
+    """The files importing ``name`` (``common.backends.xnnpack.rules``) runs: each package's
+    ``__init__.py`` on the way down, then the module; [] for a name that is not a module of
+    ``common`` (a function imported from it)."""
+    parts = name.split(".")
+    files, folder = [], ROOT
+    for depth, part in enumerate(parts):
+        folder = folder / part
+        if (folder / "__init__.py").is_file():
+            files.append(folder / "__init__.py")
+        elif folder.with_suffix(".py").is_file() and depth == len(parts) - 1:
+            files.append(folder.with_suffix(".py"))
+        else:
+            break
+    return files
+
+
+def _package_of(path: Path) -> str:
+    """The dotted package a file of ``common`` belongs to (``common.backends.xnnpack``)."""
+    folder = path.parent.relative_to(ROOT)
+    return ".".join(folder.parts)
+
+
+def common_closure(script: Path) -> list[Path]:
+    """The files of ``common/`` that running ``script`` may execute: ``common/__init__.py`` and
+    every module it imports, directly or through other ``common`` modules (an import inside a
+    function counts; so does one in a code string it runs in a subprocess), with the
+    ``__init__.py`` of each package on the way. In path order.
+
+    >>> lesson = ROOT / "examples/en/m00_graphs/m00_1_getting_a_graph.py"
+    >>> [p.name for p in common_closure(lesson)][:2]
+    ['__init__.py', 'charts.py']
+    """
+    if not COMMON.is_dir():  # a fixture site without the course's helpers
+        return []
+    seen: set[Path] = set()
+    todo = [(Path(script), "")]
+    while todo:
+        path, package = todo.pop()
+        for name in _imported_modules(path.read_text("utf-8"), package):
+            if name.split(".")[0] != "common":
+                continue
+            for module in _module_files(name):
+                if module not in seen:
+                    seen.add(module)
+                    todo.append((module, _package_of(module)))
+    return sorted(seen, key=lambda p: p.relative_to(COMMON).parts)
+
+
+def _version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "-"
+
+
+def inputs_digest(paths, *extra: str) -> str:
+    """SHA-256 of the files' names and contents, the stack's versions and ``extra``."""
+    found = hashlib.sha256()
+    for path in sorted(paths):
+        name = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else path.name
+        found.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    for part in [*(f"{name} {_version(name)}" for name in STACK), *extra]:
+        found.update(part.encode() + b"\0")
+    return found.hexdigest()
+
+
+def find_lesson(lang: str, file_name: str) -> Path | None:
+    """The script ``file_name`` (``m03_3_speed_and_size.py``) under examples/<lang>, any module."""
+    found = sorted((ROOT / "examples" / lang).glob(f"*/{file_name}"))
+    return found[0] if found else None
+
+
+def measured_key(script: Path) -> str:
+    """The subfolder of ``MEASURED_ONCE`` the timings of a lesson are kept in while the site is
+    built (``common.lesson.start(inputs=...)``): named by the stack and the lesson's ``common``
+    closure, so its twin (the same code, the same closure) shares them, and an edit outside
+    that closure keeps them."""
+    return inputs_digest(common_closure(script))[:24]

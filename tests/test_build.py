@@ -4,6 +4,7 @@ checked by its reader run, tests/test_lessons.py.)"""
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -12,6 +13,8 @@ import pytest
 from built_site import BUILT, SITE_PYTHON, make_site, site_lock, sphinx_build
 from lesson_scripts import ROOT
 from marks import needs_dot
+
+from site_build import SPHINX_OPTIONS
 
 pytestmark = [pytest.mark.slow, needs_dot]
 
@@ -61,6 +64,71 @@ def test_a_build_with_nothing_changed_reads_no_page(site):
     counts = re.findall(r"\d+ added, \d+ changed, \d+ removed", result.stdout)
     why = [line for line in result.stdout.splitlines() if "[build target] changed" in line]
     assert counts == ["0 added, 0 changed, 0 removed"], "\n".join(counts + why)
+
+
+USES_COMMON = '''\
+"""
+Uses common
+===========
+
+Imports a helper of common.
+"""
+
+import common.expect
+
+print("uses", common.expect.__name__)
+'''
+
+NO_COMMON = '''\
+"""
+Plain
+=====
+
+Imports nothing of common.
+"""
+
+print("plain")
+'''
+
+
+def test_a_lesson_runs_again_only_when_its_script_or_a_common_module_it_imports_changed(
+    tmp_path,
+):
+    """docs/course_rerun.py: an edit of ``common/expect.py`` runs again the lesson that imports
+    it, not the other, and the build's output says why; with ``PT2E_COURSE_LESSON`` only the
+    lesson it names runs, the other's page and run stay as they were."""
+    site = make_site(
+        tmp_path,
+        {"m99_fixture/m99_1_uses.py": USES_COMMON, "m99_fixture/m99_2_plain.py": NO_COMMON},
+    )
+    shutil.copytree(ROOT / "common", site / "common", ignore=shutil.ignore_patterns("__pycache__"))
+    pages = site / "docs" / "en" / "lessons" / "m99_fixture"
+    env = {k: v for k, v in os.environ.items() if k != "PT2E_COURSE_LESSON"}
+
+    def build(**extra) -> str:
+        command = [sys.executable, "-m", "sphinx", *SPHINX_OPTIONS, "docs/en", "build/html/en"]
+        done = subprocess.run(
+            command, cwd=site, capture_output=True, text=True, env={**env, **extra}
+        )
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        return done.stdout
+
+    build()
+    assert (pages / "m99_1_uses.py.md5").exists() and (pages / "m99_2_plain.py.md5").exists()
+    assert "runs again" not in build(), "nothing changed: nothing runs again"
+
+    expect = site / "common" / "expect.py"
+    expect.write_text(expect.read_text() + "\n# an edit\n")
+    plain = site / "examples" / "en" / "m99_fixture" / "m99_2_plain.py"
+    plain.write_text(NO_COMMON.replace('"plain"', '"plain, edited"'))
+    alone = build(PT2E_COURSE_LESSON="m99_2")
+    assert "m99_1_uses" not in alone, "a lesson not named does not run"
+    assert "plain, edited" in (pages / "m99_2_plain.rst").read_text()
+    assert (pages / "m99_1_uses.py.md5").exists(), "its last run is kept"
+
+    everything = build()
+    assert "en: m99_1_uses runs again: common/expect.py" in everything, everything
+    assert "m99_2_plain" not in everything, "its inputs did not change"
 
 
 def test_the_build_writes_only_generated_ignored_folders(tmp_path):

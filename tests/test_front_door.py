@@ -251,6 +251,24 @@ def test_the_download_line_names_what_a_lesson_imports_beyond_the_course():
     assert "executorch==" in m07 and "nncf==" in m07 and "openvino==" in m07
 
 
+def test_the_download_line_reads_the_common_modules_a_lesson_imports():
+    """M07-4 imports only ``common`` and torch itself; its op atlas (``common.atlas``) asks
+    ExecuTorch, OpenVINO's quantizer and ``torch.compile``: the line names them all. M00-1's
+    closure holds none of them."""
+    from course_links import run_needs
+    from course_sources import _imported_modules, common_closure
+
+    script = EXAMPLES / "en" / "m07_your_model" / "m07_4_op_atlas.py"
+    imported = {name.split(".")[0] for name in _imported_modules(script.read_text("utf-8"))}
+    assert not imported & {"executorch", "openvino", "nncf"}, "only through common"
+    assert "common/atlas.py" in {f"common/{p.name}" for p in common_closure(script)}
+    line = run_needs("en", [script])
+    for needed in ("executorch==", "nncf==", "openvino==", "g++"):
+        assert needed in line, f"{needed} missing from M07-4's line: {line}"
+    first = run_needs("en", [EXAMPLES / "en" / "m00_graphs" / "m00_1_getting_a_graph.py"])
+    assert "executorch" not in first and "g++" not in first, first
+
+
 #: The lessons that keep expensive results in the course's cache (M03-4: AOTInductor packages
 #: and trained weights; M06-3: its .pte and ETRecord), run as a pip-installed reader runs them.
 CACHING_LESSONS = (
@@ -276,7 +294,7 @@ def test_an_installed_course_run_from_another_folder_writes_nothing_under_its_vi
 ):
     """A reader who pip-installs the course (the command beside M06-3's downloads) and runs the
     downloaded M03-4 and M06-3 from a folder of their own: the course's cache goes to the
-    per-user cache folder (common.lesson.cache_folder), nothing beside the installed package.
+    per-user cache folder (common.cache.cache_folder), nothing beside the installed package.
     A download is the lesson's file as it is in examples/. Cost: a virtualenv with torch and
     ExecuTorch, then both lessons and their exercises, nothing cached yet: 634 s on 2 cores
     at a load average of 14."""

@@ -41,7 +41,8 @@ import matplotlib.pyplot as plt
 import torch
 
 from common.charts import pad, use_course_style
-from common.lesson import cached_path, digest
+from common.cache import cached_path
+from common.digest import digest
 from common.models import example_inputs, get_model, input_shape
 from common.numerics import sqnr
 from common.pt2e import export_module, quiet, x86_quantizer

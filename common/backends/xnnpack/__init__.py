@@ -1,0 +1,1 @@
+"""XNNPACK: the ops its partitioner takes, ``XNNPACKQuantizer``'s rules, what a .pte ran."""

@@ -2,16 +2,20 @@
 
 - ``aoti``: AOTInductor packages compiled once, cached by what made them; the kernels they call.
 - ``atlas``: the op atlas: one small model per op, through every quantizer, to what ran it.
+- ``backends``: what the course knows of each backend (x86, XNNPACK, OpenVINO, Arm), one home
+  each: its tables, its rules with their words, its run readers.
+- ``cache``: one cache for what is expensive (``cached``, ``cached_path``), ``measured_once``.
 - ``charts``: the course's look for charts and printed tables (CJK fonts, display widths).
 - ``coverage``: what a PT2E quantizer leaves in float, op by op, and why.
 - ``cpu``: what this CPU gives int8 kernels (ISA, VNNI, AMX), and a step run under another ISA.
 - ``data``: the digits data in fixed splits, the CNN and ViT trained on them, ``accuracy``.
+- ``digest``: ``digest``, the one key: files, tensors, modules, with the stack's versions.
 - ``edge``: ExecuTorch: ``CoursePartitioner`` written by hand, ``to_executorch``, ``delegated``.
 - ``expect``: ``expect_error``, an expected error shown as its type and first line.
 - ``handmade``: ``prepare`` and ``convert`` written by hand, bit-exact with torchao's.
 - ``kernels``: ``kernels_run`` and ``time_by_kind``: the compute kernels a model really ran.
-- ``lesson``: the running lesson: its language, one cache (``cached``, ``cached_path``,
-  ``measured_once``, ``digest``), where its figures and pictures go while the site is built.
+- ``lesson``: the running lesson: its language, where its figures and pictures go while the
+  site is built.
 - ``lowering``: x86 lowering written by hand (``lower``), bit-exact with torchao's.
 - ``migration``: the migration map torch.ao → torchao → ExecuTorch, a row per API; ``attempt``.
 - ``models``: the model zoo, ``get_model`` and ``example_inputs``.
@@ -20,7 +24,9 @@
 - ``qat``: M04-4's MobileNetV2 on the digits and a QAT run that resumes in another process.
 - ``quantizer``: ``CourseQuantizer``, the course's own PT2E quantizer.
 - ``results``: the figures a lesson publishes for the landing page while the site is built.
+- ``runtime``: what a ``.pte`` does when it runs: ``operators_run``, ``load_check``.
 - ``timing``: ``compare_speed`` and ``race``, timings that hold on a small shared machine.
+- ``turns``: while the site is built, a timing runs alone (``alone``, ``working``, ``waiting``).
 - ``vision_models``: torchvision's architectures rewritten (torchvision does not import here).
 - ``viz``: ``draw`` and ``draw_diff``, torch.fx graphs as Graphviz pictures.
 

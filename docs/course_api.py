@@ -28,6 +28,7 @@ API_ORDER = (
     "common.handmade",
     "common.lowering",
     "common.edge",
+    "common.runtime",
     "common.expect",
     "common.cpu",
     "common.kernels",

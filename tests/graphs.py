@@ -1,7 +1,8 @@
 """Test-only models and graph helpers shared by test_handmade.py, test_lowering.py and
-test_edge.py."""
+test_edge.py, and ``BothPartitioners`` (test_edge.py, test_atlas.py)."""
 
 import collections
+import functools
 
 import torch
 from torch import nn
@@ -342,3 +343,77 @@ def build(name: str) -> nn.Module:
 
 def call_function_targets(gm) -> collections.Counter:
     return collections.Counter(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+
+
+# --- Both partitioners on one graph: test_edge.py and test_atlas.py ----------------------------
+
+
+class Partitioned(Exception):
+    """Stops to_edge_transform_and_lower once both partitioners have tagged the graph."""
+
+
+@functools.cache
+def _both_partitioners() -> type:
+    """``BothPartitioners``, made on first use: ExecuTorch is slow to import, and the modules
+    that only build models (test_handmade.py, test_lowering.py) never ask for it. Ask for it
+    after ``common.pt2e.quiet()``."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.backends.xnnpack.utils.quant_utils import IS_IMPLICIT_Q_DQ_TAG
+    from executorch.exir.backend.partitioner import Partitioner
+
+    from common import edge
+
+    class BothPartitioners(Partitioner):
+        """Inside one ``to_edge_transform_and_lower``: asks both partitioners which ops to keep
+        whole, then tags the edge graph with each in turn from the untagged graph, keeps what
+        each tagged (and each one's ``NotImplementedError``, in ``refused``), and raises
+        :class:`Partitioned` (the delegates' compilation, the slow part, is left to the
+        runtime tests)."""
+
+        def __init__(self):
+            super().__init__()
+            self.xnnpack, self.course = XnnpackPartitioner(), edge.CoursePartitioner()
+            self.tagged, self.kept_whole, self.refused = {}, {}, None
+
+        def ops_to_not_decompose(self, program):
+            theirs, their_filter = self.xnnpack.ops_to_not_decompose(program)
+            nodes = [n for n in program.graph.nodes if n.op == "call_function"]
+            # the ops of this graph each keeps whole, and on which nodes
+            self.kept_whole["xnnpack"] = [
+                (n.name, n.target in theirs and their_filter(n)) for n in nodes
+            ]
+            try:
+                mine, my_filter = self.course.ops_to_not_decompose(program)
+                self.kept_whole["course"] = [
+                    (n.name, n.target in mine and my_filter(n)) for n in nodes
+                ]
+            except NotImplementedError as error:
+                self.refused = str(error)
+            return theirs, their_filter
+
+        def partition(self, program):
+            for name, partitioner in (("xnnpack", self.xnnpack), ("course", self.course)):
+                for node in program.graph.nodes:  # each starts from the untagged graph
+                    node.meta.pop("delegation_tag", None)
+                    node.meta.pop(IS_IMPLICIT_Q_DQ_TAG, None)
+                try:
+                    partitioner.partition(program)
+                except NotImplementedError as error:
+                    self.refused = self.refused or str(error)
+                    continue
+                groups = {}
+                for node in program.graph.nodes:
+                    if "delegation_tag" in node.meta:
+                        groups.setdefault(node.meta["delegation_tag"], set()).add(node.name)
+                folded = {n.name for n in program.graph.nodes if n.meta.get(IS_IMPLICIT_Q_DQ_TAG)}
+                self.tagged[name] = (sorted(sorted(g) for g in groups.values()), folded)
+            raise Partitioned
+
+    return BothPartitioners
+
+
+def __getattr__(name: str):
+    """``from graphs import BothPartitioners`` imports ExecuTorch then, not with the models."""
+    if name == "BothPartitioners":
+        return _both_partitioners()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

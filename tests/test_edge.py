@@ -31,10 +31,10 @@ from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (  # noqa: E
     XNNPACKQuantizer,
     get_symmetric_quantization_config,
 )
-from executorch.backends.xnnpack.utils.quant_utils import IS_IMPLICIT_Q_DQ_TAG  # noqa: E402
 from executorch.exir import to_edge_transform_and_lower  # noqa: E402
 from executorch.exir.backend.partitioner import Partitioner  # noqa: E402
 from executorch.runtime import Runtime  # noqa: E402
+from graphs import BothPartitioners, Partitioned  # noqa: E402
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e  # noqa: E402
 
 from common import edge  # noqa: E402
@@ -407,45 +407,6 @@ def xnnpack(**config):
     return XNNPACKQuantizer().set_global(get_symmetric_quantization_config(**config))
 
 
-class _Partitioned(Exception):
-    """Stops to_edge_transform_and_lower once both partitioners have tagged the graph."""
-
-
-class BothPartitioners(Partitioner):
-    """Inside one ``to_edge_transform_and_lower``: asks both partitioners which ops to keep
-    whole, then tags the edge graph with each in turn, keeps what each tagged, and stops
-    (the delegates' compilation, the slow part, is left to the runtime test)."""
-
-    def __init__(self):
-        super().__init__()
-        self.xnnpack, self.course = XnnpackPartitioner(), edge.CoursePartitioner()
-        self.tagged = {}
-
-    def ops_to_not_decompose(self, program):
-        theirs, their_filter = self.xnnpack.ops_to_not_decompose(program)
-        mine, my_filter = self.course.ops_to_not_decompose(program)
-        nodes = [n for n in program.graph.nodes if n.op == "call_function"]
-        self.kept_whole = {  # the ops of this graph each keeps whole, and on which nodes
-            "xnnpack": [(n.name, n.target in theirs and their_filter(n)) for n in nodes],
-            "course": [(n.name, n.target in mine and my_filter(n)) for n in nodes],
-        }
-        return theirs, their_filter
-
-    def partition(self, program):
-        for name, partitioner in (("xnnpack", self.xnnpack), ("course", self.course)):
-            for node in program.graph.nodes:  # each starts from the untagged graph
-                node.meta.pop("delegation_tag", None)
-                node.meta.pop(IS_IMPLICIT_Q_DQ_TAG, None)
-            partitioner.partition(program)
-            groups = {}
-            for node in program.graph.nodes:
-                if "delegation_tag" in node.meta:
-                    groups.setdefault(node.meta["delegation_tag"], set()).add(node.name)
-            folded = {n.name for n in program.graph.nodes if n.meta.get(IS_IMPLICIT_Q_DQ_TAG)}
-            self.tagged[name] = (sorted(sorted(g) for g in groups.values()), folded)
-        raise _Partitioned
-
-
 def run(buffer: bytes, x) -> torch.Tensor:
     with contextlib.redirect_stderr(io.StringIO()):  # the runtime's [cpuinfo_utils.cpp] lines
         program = Runtime.get().load_program(buffer)  # a Method does not keep its Program alive
@@ -457,8 +418,9 @@ def assert_both_agree(program) -> BothPartitioners:
     """Partition ``program`` with both; they keep the same ops whole, tag the same partitions
     and fold the same q/dq nodes."""
     both = BothPartitioners()
-    with pytest.raises(_Partitioned):
+    with pytest.raises(Partitioned):
         to_edge_transform_and_lower(program, partitioner=[both])
+    assert both.refused is None, f"CoursePartitioner refused it: {both.refused}"
     assert both.kept_whole["course"] == both.kept_whole["xnnpack"], "different ops kept whole"
     (their_partitions, their_folded), (my_partitions, my_folded) = (
         both.tagged["xnnpack"],
@@ -519,7 +481,7 @@ def with_scale_after(model: torch.fx.GraphModule, op: str, factor: float):
 
 def differs(program) -> bool:
     both = BothPartitioners()
-    with pytest.raises(_Partitioned):
+    with pytest.raises(Partitioned):
         to_edge_transform_and_lower(program, partitioner=[both])
     return both.tagged["course"] != both.tagged["xnnpack"]
 
@@ -561,7 +523,7 @@ def test_a_table_without_xnnpacks_constraint_is_caught(monkeypatch):
     monkeypatch.setitem(edge.SUPPORTED, "mean.dim", edge.Op(int8=True))
     program = torch.export.export(quantized("global_mean_head"), inputs("global_mean_head"))
     both = BothPartitioners()
-    with pytest.raises(_Partitioned):
+    with pytest.raises(Partitioned):
         to_edge_transform_and_lower(program, partitioner=[both])
     assert both.tagged["course"][0] != both.tagged["xnnpack"][0], "the matrix test would fail"
 
@@ -742,84 +704,3 @@ def test_course_partitioner_is_an_executorch_partitioner():
 
 def test_lower_names_the_x86_lowering_only():
     assert not hasattr(edge, "lower"), "ExecuTorch's lowering is edge.to_executorch"
-
-
-# --- A bounded dynamic batch (M06-4), on a 1-D model the lessons never use ----------------------
-
-
-class DilatedSpotter(nn.Module):
-    """Held out: a dilated 1-D conv, a grouped one with a hardtanh, a linear over time steps."""
-
-    def __init__(self):
-        super().__init__()
-        self.wide = nn.Conv1d(6, 16, 3, dilation=2, padding=2)
-        self.grouped = nn.Conv1d(16, 16, 5, groups=4, stride=2)
-        self.head = nn.Linear(16 * 22, 5)
-
-    def forward(self, x):
-        x = torch.relu(self.wide(x))
-        x = nn.functional.hardtanh(self.grouped(x))
-        return self.head(x.flatten(1))
-
-
-def test_a_bounded_dynamic_batch_runs_at_both_ends_and_refuses_the_next():
-    from torch.export import Dim
-
-    batch = {"x": {0: Dim("batch", min=1, max=4)}}
-    torch.manual_seed(0)
-    model = DilatedSpotter().eval()
-    x = (torch.randn(2, 6, 48),)  # a batch of 1 would specialise: export on 2
-    prepared = prepare_pt2e(
-        torch.export.export(model, x, dynamic_shapes=batch).module(), edge.xnnpack_quantizer()
-    )
-    with torch.no_grad():
-        for size in (1, 2, 3, 4):
-            prepared(torch.randn(size, 6, 48))
-    qdq = convert_pt2e(prepared)
-    program = edge.to_executorch(qdq, x, partitioner=XnnpackPartitioner(), dynamic_shapes=batch)
-    step = [
-        n
-        for n in qdq.graph.nodes
-        if n.target == torch.ops.quantized_decomposed.quantize_per_tensor.default
-    ][-1].args[1]
-    with contextlib.redirect_stderr(io.StringIO()):
-        loaded = Runtime.get().load_program(program.buffer)  # kept alive while the method runs
-        forward = loaded.load_method("forward")
-    for size in (1, 4):
-        inputs = torch.randn(size, 6, 48)
-        out = forward.execute([inputs])[0]
-        assert out.shape == (size, 5)
-        steps = ((out - qdq(inputs)).abs() / step).round().max().item()
-        assert steps <= 1, f"batch {size}: {steps} output steps from the q/dq model"
-    with (
-        pytest.raises(RuntimeError, match=r"set_inputs\(\)"),
-        contextlib.redirect_stderr(io.StringIO()),
-    ):
-        forward.execute([torch.randn(5, 6, 48)])
-    with pytest.raises(AssertionError, match=r"Guard failed: x.size\(\)\[0\] <= 4"):
-        qdq(torch.randn(5, 6, 48))
-    run = edge.operators_run(program.buffer, [torch.randn(3, 6, 48)])
-    assert run.int8 and not run.float_only and not run.portable, run.summary_in("en")
-
-
-def test_load_check_names_the_node_xnnpack_refuses():
-    class Transposed(nn.Module):  # t() between two scales: m99_5
-        def __init__(self):
-            super().__init__()
-            self.fc = nn.Linear(8, 8)
-            self.column = nn.Parameter(torch.randn(8, 1) * 5)
-
-        def forward(self, x):
-            return torch.cat([self.column, self.fc(x).t()], 1)
-
-    torch.manual_seed(0)
-    rows = (torch.randn(4, 8),)
-    prepared = prepare_pt2e(export_module(Transposed(), rows), edge.xnnpack_quantizer())
-    prepared(*rows)
-    program = edge.to_executorch(convert_pt2e(prepared), rows, partitioner=XnnpackPartitioner())
-    check = edge.load_check(program)
-    assert not check.loads and "Failed to load method forward" in check.errors["forward"]
-    (refusal,) = check.refused
-    assert refusal.op == "permute_copy.default" and "static transpose" in refusal.xnnpack
-    with pytest.raises(TypeError, match="to_executorch"):
-        edge.load_check(program.exported_program())

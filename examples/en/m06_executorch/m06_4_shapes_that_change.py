@@ -59,7 +59,8 @@ from executorch.exir._serialize._program import _get_extended_header
 from executorch.runtime import Runtime
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-from common.edge import delegated, operators_run, to_executorch, xnnpack_quantizer
+from common.edge import delegated, to_executorch, xnnpack_quantizer
+from common.runtime import operators_run
 
 qd = torch.ops.quantized_decomposed
 FRAMES, COEFFICIENTS, KEYWORDS, MAX_BATCH = 49, 10, 12, 4

@@ -58,7 +58,8 @@ from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPar
 from executorch.runtime import Runtime
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-from common.edge import operators_run, to_executorch, xnnpack_quantizer
+from common.edge import to_executorch, xnnpack_quantizer
+from common.runtime import operators_run
 
 # inductor's int8 lowering copies a zero point with torch.tensor(tensor): a UserWarning
 warnings.filterwarnings("ignore", message="To copy construct from a tensor", category=UserWarning)

@@ -61,7 +61,8 @@ from torchao.quantization import (
 from torchao.quantization.granularity import PerGroup
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-from common.edge import delegated, load_check, operators_run, to_executorch
+from common.edge import delegated, to_executorch
+from common.runtime import load_check, operators_run
 
 qd = torch.ops.quantized_decomposed
 
@@ -279,7 +280,7 @@ print(f"scale in {scales[0]:.5f}, scale out {scales[1]:.5f}")
 assert scales[0] != scales[1], "the transpose's input and output qparams differ"
 
 # %%
-# Which op, in a larger program? ``common.edge.load_check`` loads a lowered program in a child
+# Which op, in a larger program? ``common.runtime.load_check`` loads a lowered program in a child
 # process and reads the runtime's log: XNNPACK names the node it could not build by its debug
 # handle, which ``load_check`` finds in the delegate's graph. Here the ``t`` node, which
 # ``to_edge`` wrote as ``permute_copy``:
@@ -630,7 +631,7 @@ assert all(n.args[0].args[1] == next(iter(n.users)).args[1] for n in slices), "s
 #
 # **Fix**: executorch 1.5.1 includes executorch#21568 (``aten.slice.Tensor`` in the list) and
 # #21949 (the partitioner leaves a slice with two scales to the portable kernels). To find
-# which op a method that will not load refuses, on any release, ``common.edge.load_check``
+# which op a method that will not load refuses, on any release, ``common.runtime.load_check``
 # loads it in a child process and names the node (the transpose entry above). Shared specs
 # are Step 2 of :ref:`M06-1 · The XNNPACK quantizer
 # <sphx_glr_lessons_m06_executorch_m06_1_xnnpack_quantizer.py>`.
@@ -774,7 +775,7 @@ assert check.loads, "it loads on this runtime"
 #
 # **Fix**: build the device runtime from the same ExecuTorch release as the package that
 # wrote the ``.pte``, with XNNPACK; check the program on the host with ``load_check`` and
-# ``operators_run`` (``common.edge``), and compare the device's log with the operators listed
+# ``operators_run`` (``common.runtime``), and compare the device's log with the operators listed
 # here. Dynamic quantization is :ref:`M05-2 · Static vs dynamic int8
 # <sphx_glr_lessons_m05_transformers_m05_2_static_vs_dynamic.py>`.
 

@@ -59,7 +59,8 @@ from torchao.quantization import (
 from torchao.quantization.granularity import PerGroup
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-from common.edge import delegated, load_check, operators_run, to_executorch
+from common.edge import delegated, to_executorch
+from common.runtime import load_check, operators_run
 
 qd = torch.ops.quantized_decomposed
 
@@ -272,7 +273,7 @@ print(f"輸入 scale {scales[0]:.5f}，輸出 scale {scales[1]:.5f}")
 assert scales[0] != scales[1], "轉置的輸入與輸出 qparams 不同"
 
 # %%
-# 程式大一點時，是哪個運算？``common.edge.load_check`` 在子行程裡載入下放後的程式，並讀取執行
+# 程式大一點時，是哪個運算？``common.runtime.load_check`` 在子行程裡載入下放後的程式，並讀取執行
 # 環境的紀錄：XNNPACK 以 debug handle 指出它建不起來的 node，``load_check`` 再到 delegate 的圖裡
 # 找出那個 node。這裡是 ``t`` node，``to_edge`` 把它寫成了 ``permute_copy`` ：
 
@@ -613,7 +614,7 @@ assert all(n.args[0].args[1] == next(iter(n.users)).args[1] for n in slices), "�
 #
 # **修正**：executorch 1.5.1 已包含 executorch#21568（清單加入 ``aten.slice.Tensor`` ）與
 # #21949（partitioner 把兩個 scale 的 slice 留給 portable kernel）。不論哪個版本，要找出無法
-# 載入的方法拒收哪個運算，可以用 ``common.edge.load_check`` ：它在子行程裡載入程式並指出
+# 載入的方法拒收哪個運算，可以用 ``common.runtime.load_check`` ：它在子行程裡載入程式並指出
 # 那個 node（見上面 transpose 的條目）。共用的 spec 見
 # :ref:`M06-1 · XNNPACK quantizer <sphx_glr_lessons_m06_executorch_m06_1_xnnpack_quantizer.py>`
 # 的步驟 2。
@@ -749,7 +750,7 @@ assert check.loads, "在這裡的執行環境上可以載入"
 # 裝置執行環境，是另一個執行環境。
 #
 # **修正**：用寫出 ``.pte`` 的套件的同一個 ExecuTorch 版本、連同 XNNPACK 建置裝置上的執行環境；
-# 在主機上以 ``load_check`` 與 ``operators_run`` （ ``common.edge`` ）檢查程式，再拿裝置的紀錄
+# 在主機上以 ``load_check`` 與 ``operators_run`` （ ``common.runtime`` ）檢查程式，再拿裝置的紀錄
 # 和這裡列出的運算子比對。動態量化的說明見
 # :ref:`M05-2 · 靜態與動態 int8 <sphx_glr_lessons_m05_transformers_m05_2_static_vs_dynamic.py>`。
 

@@ -1,0 +1,302 @@
+"""What a ``.pte`` does when it runs: the operators it ran, and whether its methods load.
+
+``operators_run(pte, inputs)`` runs the program once on the ExecuTorch runtime with an ETDump
+and returns the XNNPACK operators it ran, by XNNPACK's names, which say their int8 or float
+data types, and the portable kernels outside the delegates (M06-4). ``load_check(program)``
+loads each method in a child process, where XNNPACK compiles its delegates, and names the
+delegated node XNNPACK refuses, if any (m99_5). Both take what ``common.edge.to_executorch``
+returns (``operators_run`` its ``.buffer``).
+"""
+
+import contextlib
+import io
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import warnings
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from torch.fx import Node
+
+from common.backends.xnnpack.table import op_name
+from common.lesson import lesson_language
+
+__all__ = [
+    "LoadCheck",
+    "OperatorsRun",
+    "Refusal",
+    "load_check",
+    "operators_run",
+]
+
+
+# --- Proof on the runtime: the operators XNNPACK ran, from an ETDump --------------------------
+
+# XNNPACK names each operator with its layout and data types: "Convolution (NHWC, QC8) IGEMM",
+# "Fully Connected (NC, QD8, F32, QC8W) GEMM". Q..8 are int8 types (QS8 static, QD8 dynamic,
+# QC8/QC8W per-channel weights, QU8 unsigned), X8 moves int8 bytes; F32/F16 are float.
+_INT8_TYPE = re.compile(r"^(Q[A-Z]*8[A-Z]*|X8)$")
+_FLOAT_TYPE = re.compile(r"^(F16|F32|BF16|X16|X32)$")
+# The runtime's own events, not operators.
+_RUNTIME_EVENTS = {
+    "Method::init",
+    "Program::load_method",
+    "Method::execute",
+    "DELEGATE_CALL",
+    "OPERATOR_CALL",
+}
+
+
+def _types(operator: str) -> list[str]:
+    """``"Convolution (NHWC, QC8) IGEMM"`` -> ``["NHWC", "QC8"]``."""
+    found = re.search(r"\(([^)]*)\)", operator)
+    return [t.strip() for t in found[1].split(",")] if found else []
+
+
+@dataclass(frozen=True)
+class OperatorsRun:
+    """The operators one call of a ``.pte`` ran on the ExecuTorch runtime, with counts.
+
+    Attributes:
+        xnnpack: XNNPACK's operators inside the delegates, by XNNPACK's name, which says the
+            data types: ``Convolution (NHWC, QC8) IGEMM`` (int8 activations, per-channel int8
+            weights), ``Fully Connected (NC, F32) GEMM`` (float).
+        portable: the kernels outside any delegate (ExecuTorch's portable kernels), by the
+            out variant the runtime calls, e.g. ``mean.out``.
+    """
+
+    xnnpack: Counter
+    portable: Counter = field(default_factory=Counter)
+
+    @property
+    def int8(self) -> Counter:
+        """XNNPACK's operators on int8 data (a type ``QS8``, ``QC8``, ``QD8``..., or ``X8``)."""
+        return Counter(
+            {op: n for op, n in self.xnnpack.items() if any(map(_INT8_TYPE.match, _types(op)))}
+        )
+
+    @property
+    def float_only(self) -> Counter:
+        """XNNPACK's operators on float data only (``F32``, ``F16``)."""
+        return Counter(
+            {
+                op: n
+                for op, n in self.xnnpack.items()
+                if op not in self.int8 and any(map(_FLOAT_TYPE.match, _types(op)))
+            }
+        )
+
+    @property
+    def summary(self) -> str:
+        """One line per kind, in the language of the lesson that asks (``lesson_language()``)."""
+        return self.summary_in(lesson_language())
+
+    def summary_in(self, lang: str) -> str:
+        """``summary`` in ``lang``, ``"en"`` or ``"zh_TW"``.
+
+        >>> run = OperatorsRun(Counter({"Convolution (NHWC, QC8) IGEMM": 2}))
+        >>> print(run.summary_in("en"))
+        XNNPACK int8: Convolution (NHWC, QC8) IGEMM ×2
+        XNNPACK float: none
+        portable: none
+        """
+        none = "無" if lang == "zh_TW" else "none"
+        # zh: the glossary's 「kernel」 (核心 is a CPU core) and a full-width colon after it
+        portable = "portable kernel：" if lang == "zh_TW" else "portable: "
+
+        def listed(ops: Counter) -> str:
+            return ", ".join(f"{op} ×{n}" for op, n in sorted(ops.items())) or none
+
+        return (
+            f"XNNPACK int8: {listed(self.int8)}\nXNNPACK float: {listed(self.float_only)}\n"
+            f"{portable}{listed(self.portable)}"
+        )
+
+
+@contextlib.contextmanager
+def _runtime_log_silenced():
+    """The runtime's log (the ``[cpuinfo_utils.cpp:...]`` lines on first use, a delegate's
+    errors) goes through Python's stderr or straight to file descriptor 2: drop both."""
+    from common.kernels import native_stderr_silenced
+
+    with contextlib.redirect_stderr(io.StringIO()), native_stderr_silenced():
+        yield
+
+
+def operators_run(pte: bytes, inputs, *, method: str = "forward") -> OperatorsRun:
+    """Run ``pte`` once on the ExecuTorch runtime with an ETDump; return the operators it ran.
+
+    The runtime on PyPI records a profiling event per XNNPACK operator it runs inside a
+    delegate (and per portable kernel), named as XNNPACK names them, with their data types.
+    A delegate that XNNPACK ran in float shows ``F32`` operators; an int8 one ``QS8``/``QC8``.
+
+    Args:
+        pte: the ``.pte`` file's bytes (``to_executorch(...).buffer``).
+        inputs: the method's inputs, a list or tuple of tensors.
+        method: the method to run.
+
+    Returns:
+        OperatorsRun: XNNPACK's operators and the portable kernels of that one call.
+
+    Raises:
+        TypeError: if ``pte`` is not bytes (pass ``program.buffer``).
+    """
+    from executorch.runtime import Runtime
+
+    with warnings.catch_warnings():  # its schema is read with a deprecated importlib call
+        warnings.filterwarnings("ignore", message="read_binary is deprecated")
+        from executorch.devtools.etdump.serialize import deserialize_from_etdump_flatcc
+
+    if not isinstance(pte, bytes | bytearray):
+        raise TypeError(
+            f"operators_run expects the .pte file's bytes, got {type(pte).__name__}; pass "
+            "program.buffer (or Path(file).read_bytes())"
+        )
+    with tempfile.TemporaryDirectory() as folder, _runtime_log_silenced():
+        program = Runtime.get().load_program(bytes(pte), enable_etdump=True)
+        program.load_method(method).execute(list(inputs))  # ``program`` outlives the method
+        dump = Path(folder) / "run.etdp"
+        program.write_etdump_result_to_file(str(dump), str(Path(folder) / "run.bin"))
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="read_binary is deprecated")
+            etdump = deserialize_from_etdump_flatcc(dump.read_bytes())
+    xnnpack, portable = Counter(), Counter()
+    for block in etdump.run_data:
+        for event in block.events:
+            profiled = event.profile_event
+            if profiled is None:
+                continue
+            if profiled.delegate_debug_id_str:  # e.g. "Convolution (NHWC, QC8) IGEMM #1"
+                xnnpack[re.sub(r" #\d+$", "", profiled.delegate_debug_id_str)] += 1
+            elif profiled.name and profiled.name not in _RUNTIME_EVENTS:
+                portable[profiled.name.removeprefix("native_call_")] += 1  # "mean.out"
+    return OperatorsRun(xnnpack=xnnpack, portable=portable)
+
+
+# --- Will it load? -----------------------------------------------------------------------------
+
+_LOADER = """
+import json, sys
+from executorch.runtime import Runtime
+program = Runtime.get().load_program(open(sys.argv[1], "rb").read())
+errors = {}
+for name in program.method_names:
+    try:
+        program.load_method(name)
+    except Exception as error:
+        errors[name] = f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}"
+print(json.dumps(errors))
+"""
+# XNNPACK's compiler names the node it could not build by the graph node's debug handle.
+_XNNPACK_NODE = re.compile(r"\[XNNCompiler\.cpp:\d+\] (?P<text>.*\bnode (?P<handle>\d+)\b.*)")
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """One node of a delegate that XNNPACK refused to build when the method loaded.
+
+    Attributes:
+        delegate: the delegate, ``lowered_module_N`` (see :func:`delegated`).
+        node: the node's name in that delegate's graph, e.g. ``aten_permute_copy_default``.
+        op: its op, e.g. ``permute_copy.default``.
+        xnnpack: XNNPACK's message, e.g. ``Failed to create static transpose node 6 with
+            code: xnn_status_invalid_parameter``.
+    """
+
+    delegate: str
+    node: str
+    op: str
+    xnnpack: str
+
+
+@dataclass(frozen=True)
+class LoadCheck:
+    """Whether a program's methods load on the ExecuTorch runtime, and if not, why.
+
+    Attributes:
+        loads: every method loaded.
+        errors: the error each method that failed raised, by method name.
+        refused: the delegated nodes XNNPACK refused, named in the graph.
+        log: the runtime's log of the loads (without its CPU-info lines).
+    """
+
+    loads: bool
+    errors: dict
+    refused: tuple[Refusal, ...]
+    log: str
+
+    def __str__(self) -> str:
+        if self.loads:
+            return "loads"
+        lines = [f"{name}: {error}" for name, error in self.errors.items()]
+        lines += [f"{r.delegate}: {r.node} ({r.op}): {r.xnnpack}" for r in self.refused]
+        return "\n".join(lines)
+
+
+def load_check(program, *, timeout: float = 120) -> LoadCheck:
+    """Load every method of a lowered program on the ExecuTorch runtime, in a child process,
+    and name the delegated node XNNPACK refuses, if any.
+
+    A delegate is compiled by its backend when the method loads, not when the program is
+    lowered: a program can lower, save and then fail with ``Failed to load method forward``.
+    The runtime's log says which XNNPACK node failed, by its debug handle; this finds that
+    node in the delegate's graph. The load runs in a child process, so that a backend that
+    crashes takes only the child with it.
+
+    Args:
+        program: what :func:`to_executorch` (or ``edge.to_executorch()``) returned.
+        timeout: seconds the child may take.
+
+    Returns:
+        LoadCheck: ``loads``, each method's error, the refused nodes and the runtime's log.
+
+    Raises:
+        TypeError: if ``program`` is not an ``ExecutorchProgramManager`` (call
+            ``.to_executorch()`` on the result of ``to_edge_transform_and_lower`` first).
+    """
+    if not (hasattr(program, "buffer") and hasattr(program, "exported_program")):
+        raise TypeError(
+            "load_check expects the program to_executorch() returns (an "
+            f"ExecutorchProgramManager), got {type(program).__name__}; call .to_executorch() "
+            "on the result of to_edge_transform_and_lower first"
+        )
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "program.pte"
+        path.write_bytes(program.buffer)
+        child = subprocess.run(
+            [sys.executable, "-c", _LOADER, str(path)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    log = "\n".join(line for line in child.stderr.splitlines() if "cpuinfo" not in line)
+    if child.returncode != 0:
+        last = (log.strip().splitlines() or [f"return code {child.returncode}"])[-1]
+        errors = {"(process)": f"the loading process died: {last}"}
+    else:
+        errors = json.loads(child.stdout.strip().splitlines()[-1])
+    by_handle: dict[int, list[tuple[str, Node]]] = {}
+    exported = program.exported_program()
+    for node in exported.graph.nodes:
+        if node.op == "get_attr" and node.target.startswith("lowered_module_"):
+            inner = getattr(exported.graph_module, node.target).original_module
+            for member in inner.graph.nodes:
+                if member.op == "call_function" and "debug_handle" in member.meta:
+                    by_handle.setdefault(member.meta["debug_handle"], []).append(
+                        (node.target, member)
+                    )
+    refused = []
+    for line in log.splitlines():
+        found = _XNNPACK_NODE.search(line)
+        if not found:
+            continue
+        candidates = by_handle.get(int(found["handle"]), [])
+        # q/dq nodes share their op's handle: name the op they surround
+        ops = [c for c in candidates if "quantized_decomposed" not in str(c[1].target)]
+        for delegate, member in ops or candidates:
+            refused.append(Refusal(delegate, member.name, op_name(member.target), found["text"]))
+    return LoadCheck(loads=not errors, errors=errors, refused=tuple(refused), log=log)

@@ -218,13 +218,3 @@ def _chinese_docstring(filename: str) -> bool:
     except (SyntaxError, ValueError):
         return False
     return bool(_CHINESE.search(docstring))
-
-
-def __getattr__(name: str):
-    # Until the op atlas imports them from their new homes (this round's move).
-    from common import cache, digest
-
-    for module in (cache, digest):
-        if name in module.__all__:
-            return getattr(module, name)
-    raise AttributeError(f"module 'common.lesson' has no attribute {name!r}")

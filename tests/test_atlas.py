@@ -1,11 +1,16 @@
 """common.atlas: the op atlas's models and readings, and CoursePartitioner on every atlas model.
 
+What each backend ran is tested beside the backend (tests/backends/test_*_runs.py).
+
 ``CoursePartitioner`` (common.edge) must tag exactly what ``XnnpackPartitioner`` tags on each
 atlas model quantized with ``XNNPACKQuantizer``: the same ops kept whole, the same partitions,
 the same quantize/dequantize nodes folded. Its table knows every op the atlas holds; an atlas
 model that meets a new op makes it refuse, naming the op (its contract: a partition never
 differs silently), and fails here.
 """
+
+import ast
+from pathlib import Path
 
 import pytest
 import torch
@@ -136,3 +141,45 @@ def test_a_layer_norm_between_int8_linears_reads_as_float():
     for quantizer in ("x86", "xnnpack"):
         assert atlas.reported(item, quantizer)["status"] == "float", quantizer
         assert atlas.annotation(item, atlas.quantize(item, quantizer)) == "float", quantizer
+
+
+def test_the_public_names_are_documented_as_common_atlas():
+    """The API page (autodoc of ``common.atlas``) and sphinx-gallery's backreferences name
+    them where the lessons import them, whichever file of the package or backend holds them."""
+    for name in atlas.__all__:
+        public = getattr(atlas, name)
+        if callable(public):
+            assert public.__module__ == "common.atlas", name
+
+
+def test_run_cached_keys_on_whole_files_not_on_the_rows():
+    """No comment is a cut: the key holds files whole; not entries.py, so a new row computes
+    only itself."""
+    from common.atlas import run
+
+    root = Path(run.__file__).resolve().parents[2]
+    files = {p.resolve().relative_to(root).as_posix() for p in run._key_files()}
+    assert files == {
+        "common/atlas/run.py",
+        "common/atlas/recipe.py",
+        "common/backends/x86/runs.py",
+        "common/backends/xnnpack/runs.py",
+        "common/backends/openvino.py",
+        "common/backends/arm.py",
+    }
+
+
+def test_the_backends_run_readers_import_nothing_of_the_atlas():
+    """``common.atlas`` asks the backends; the reverse would be an import circle."""
+    from common.atlas import run
+
+    backends = Path(run.__file__).resolve().parents[1] / "backends"
+    for path in ("x86/runs.py", "xnnpack/runs.py", "openvino.py", "arm.py"):
+        for node in ast.walk(ast.parse((backends / path).read_text("utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            else:
+                continue
+            assert not [n for n in names if n.startswith("common.atlas")], path

@@ -261,7 +261,8 @@ def test_the_download_line_reads_the_common_modules_a_lesson_imports():
     script = EXAMPLES / "en" / "m07_your_model" / "m07_4_op_atlas.py"
     imported = {name.split(".")[0] for name in _imported_modules(script.read_text("utf-8"))}
     assert not imported & {"executorch", "openvino", "nncf"}, "only through common"
-    assert "common/atlas.py" in {f"common/{p.name}" for p in common_closure(script)}
+    closure = {p.relative_to(ROOT / "common").as_posix() for p in common_closure(script)}
+    assert {"atlas/run.py", "backends/xnnpack/runs.py"} <= closure, sorted(closure)
     line = run_needs("en", [script])
     for needed in ("executorch==", "nncf==", "openvino==", "g++"):
         assert needed in line, f"{needed} missing from M07-4's line: {line}"

@@ -1,0 +1,463 @@
+"""The atlas's rows: one small model per op, the op between the layers it meets in real models
+(data; ``recipe.py`` says how a row runs)."""
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from common.atlas.recipe import IMAGE, SEQUENCE, SIGNAL, TOKENS, BetweenConvs, BetweenLinears, Entry
+
+# --- The models: the op between the layers it meets in real models --------------------------
+
+
+class _Head(nn.Module):
+    """conv → op (to one vector per image) → linear: a classifier's head."""
+
+    def __init__(self, op: nn.Module):
+        super().__init__()
+        self.conv = nn.Conv2d(8, 8, 3, padding=1)
+        self.op = op
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.fc(self.op(self.conv(x)))
+
+
+class _Lambda(nn.Module):
+    """A function as a module (``torch.flatten(x, 1)``, ``x.mean((2, 3))``)."""
+
+    def __init__(self, function: Callable, label: str):
+        super().__init__()
+        self.function, self.label = function, label
+
+    def forward(self, x):
+        return self.function(x)
+
+    def extra_repr(self) -> str:
+        return self.label
+
+
+class _TwoConvs(nn.Module):
+    """Two convs on one input, combined by the op (``mul``, ``cat``, ``sub``), then a conv."""
+
+    def __init__(self, combine: Callable, channels_after: int = 8):
+        super().__init__()
+        self.conv1 = nn.Conv2d(8, 8, 3, padding=1)
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1)
+        self.combine = combine
+        self.conv3 = nn.Conv2d(channels_after, 8, 1)
+
+    def forward(self, x):
+        return self.conv3(self.combine(self.conv1(x), self.conv2(x)))
+
+
+class _Residual(nn.Module):
+    """x + layer(x), then a ReLU and a conv (a ResNet block's end; a transformer's FFN)."""
+
+    def __init__(self, layer: nn.Module, after: nn.Module):
+        super().__init__()
+        self.layer, self.relu, self.after = layer, nn.ReLU(), after
+
+    def forward(self, x):
+        return self.after(self.relu(self.layer(x) + x))
+
+
+class _Attention(nn.Module):
+    """q, k, v linears; the op; an output linear."""
+
+    def __init__(self, kind: str):
+        super().__init__()
+        self.q, self.k, self.v, self.out = (nn.Linear(16, 16) for _ in range(4))
+        self.kind = kind
+
+    def forward(self, x):
+        q, k, v = self.q(x), self.k(x), self.v(x)
+        if self.kind == "sdpa":
+            return self.out(F.scaled_dot_product_attention(q, k, v))
+        if self.kind == "bmm":
+            return self.out(torch.bmm(torch.bmm(q, k.transpose(1, 2)), v))
+        return self.out(torch.matmul(torch.matmul(q, k.transpose(1, 2)), v))
+
+
+class _LayerScale(nn.Module):
+    """conv → a learned per-channel scale (ConvNeXt's layer scale) → conv."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.conv2 = nn.Conv2d(8, 8, 3, padding=1), nn.Conv2d(8, 8, 1)
+        self.gamma = nn.Parameter(torch.full((8, 1, 1), 0.1))
+
+    def forward(self, x):
+        return self.conv2(self.gamma * self.conv1(x))
+
+
+class _Split(nn.Module):
+    """conv → split in two along channels → a conv on each half, added."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(8, 8, 3, padding=1)
+        self.left, self.right = nn.Conv2d(4, 8, 1), nn.Conv2d(4, 8, 1)
+
+    def forward(self, x):
+        a, b = torch.split(self.conv(x), 4, dim=1)
+        return self.left(a) + self.right(b)
+
+
+class _Recurrent(nn.Module):
+    """linear → LSTM or GRU → linear on its outputs."""
+
+    def __init__(self, cell: type):
+        super().__init__()
+        self.fc1, self.rnn, self.fc2 = (
+            nn.Linear(16, 16),
+            cell(16, 16, batch_first=True),
+            nn.Linear(16, 16),
+        )
+
+    def forward(self, x):
+        return self.fc2(self.rnn(self.fc1(x))[0])
+
+
+class _Embedding(nn.Module):
+    """embedding → linear (a token classifier's first layers)."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed, self.fc = nn.Embedding(50, 16), nn.Linear(16, 16)
+
+    def forward(self, x):
+        return self.fc(self.embed(x))
+
+
+class _Signal(nn.Module):
+    """conv1d (+ ReLU) → op → linear: a 1-D keyword spotter's end."""
+
+    def __init__(self, op: nn.Module, features: int):
+        super().__init__()
+        self.conv, self.relu, self.op = nn.Conv1d(8, 8, 3, padding=1), nn.ReLU(), op
+        self.fc = nn.Linear(features, 4)
+
+    def forward(self, x):
+        return self.fc(self.op(self.relu(self.conv(x))))
+
+
+class _Permute(nn.Module):
+    """conv → permute to channels-last → linear (ConvNeXt's pointwise layers)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.fc = nn.Conv2d(8, 8, 7, padding=3, groups=8), nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.fc(self.conv(x).permute(0, 2, 3, 1))
+
+
+class _Transpose(nn.Module):
+    """linear → transpose(1, 2) → conv1d (a conformer's feed-forward into its conv module)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc, self.conv = nn.Linear(16, 16), nn.Conv1d(16, 16, 3, padding=1)
+
+    def forward(self, x):
+        return self.conv(self.fc(x).transpose(1, 2))
+
+
+class _Gate(nn.Module):
+    """conv → gate(conv) * the conv's output → conv: a squeeze-excitation style gate."""
+
+    def __init__(self, gate: nn.Module):
+        super().__init__()
+        self.conv1, self.squeeze, self.gate = (
+            nn.Conv2d(8, 8, 3, padding=1),
+            nn.Conv2d(8, 8, 1),
+            gate,
+        )
+        self.conv2 = nn.Conv2d(8, 8, 1)
+
+    def forward(self, x):
+        y = self.conv1(x)
+        return self.conv2(y * self.gate(self.squeeze(y)))
+
+
+def _lam(function: Callable, label: str) -> nn.Module:
+    return _Lambda(function, label)
+
+
+def _spec(name, ops, where, build, shape=IMAGE, *, shared=False) -> Entry:
+    def seeded():
+        torch.manual_seed(0)
+        return build().eval()
+
+    return Entry(name, tuple(ops), where, seeded, shape, shared)
+
+
+#: The atlas's rows, grouped: compute ops, binary ops, pass-through ops, reductions,
+#: activations, norms, resampling, layout ops, recurrent layers.
+ENTRIES: tuple = (
+    # compute
+    _spec("conv1d", ["conv1d"], "alone", lambda: nn.Conv1d(8, 8, 3, padding=1), SIGNAL),
+    _spec("conv2d", ["conv2d"], "alone", lambda: nn.Conv2d(8, 8, 3, padding=1)),
+    _spec(
+        "conv2d · depthwise",
+        ["conv2d"],
+        "groups = channels (MobileNet, ConvNeXt)",
+        lambda: nn.Conv2d(8, 8, 7, padding=3, groups=8),
+    ),
+    _spec(
+        "conv_transpose2d",
+        ["conv_transpose2d", "convolution_transpose"],
+        "between convs, k = stride = 2 (U-Net's up path)",
+        lambda: BetweenConvs(nn.ConvTranspose2d(8, 8, 2, stride=2)),
+    ),
+    _spec("linear", ["linear"], "alone", lambda: nn.Linear(16, 16), TOKENS),
+    _spec(
+        "matmul", ["matmul", "bmm"], "q @ kᵀ @ v of linears", lambda: _Attention("matmul"), SEQUENCE
+    ),
+    _spec("bmm", ["bmm"], "q @ kᵀ @ v of linears", lambda: _Attention("bmm"), SEQUENCE),
+    _spec(
+        "scaled_dot_product_attention",
+        ["scaled_dot_product_attention"],
+        "on q, k, v linears",
+        lambda: _Attention("sdpa"),
+        SEQUENCE,
+    ),
+    _spec("embedding", ["embedding"], "before a linear", _Embedding, (12,)),
+    # binary
+    _spec(
+        "add · after conv",
+        ["add"],
+        "conv(x) + x, then ReLU (ResNet)",
+        lambda: _Residual(nn.Conv2d(8, 8, 3, padding=1), nn.Conv2d(8, 8, 1)),
+    ),
+    _spec(
+        "add · after linear",
+        ["add"],
+        "linear(x) + x, then ReLU (a transformer's residual)",
+        lambda: _Residual(nn.Linear(16, 16), nn.Linear(16, 16)),
+        TOKENS,
+    ),
+    _spec("sub", ["sub"], "conv(x) − conv(x)", lambda: _TwoConvs(torch.sub)),
+    _spec("mul", ["mul"], "conv(x) × conv(x)", lambda: _TwoConvs(torch.mul)),
+    _spec("mul · layer scale", ["mul"], "γ × conv(x) (ConvNeXt)", _LayerScale),
+    _spec(
+        "div",
+        ["div"],
+        "conv(x) / 2 between convs",
+        lambda: BetweenConvs(_lam(lambda t: t / 2, "/ 2")),
+    ),
+    _spec(
+        "cat",
+        ["cat"],
+        "two convs' outputs (U-Net's skip)",
+        lambda: _TwoConvs(lambda a, b: torch.cat([a, b], 1), 16),
+        shared=True,
+    ),
+    # pooling and reductions
+    _spec(
+        "max_pool2d",
+        ["max_pool2d"],
+        "conv → ReLU → max-pool → conv (ResNet's stem)",
+        lambda: BetweenConvs(nn.Sequential(nn.ReLU(), nn.MaxPool2d(2))),
+        shared=True,
+    ),
+    _spec(
+        "avg_pool2d",
+        ["avg_pool2d"],
+        "between convs (DenseNet)",
+        lambda: BetweenConvs(nn.AvgPool2d(2)),
+    ),
+    _spec(
+        "adaptive_avg_pool2d",
+        ["adaptive_avg_pool2d", "_adaptive_avg_pool2d"],
+        "conv → pool → flatten → linear (ResNet's head)",
+        lambda: _Head(nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten())),
+    ),
+    _spec(
+        "mean · H, W",
+        ["mean"],
+        "conv → x.mean((2, 3)) → linear (a head)",
+        lambda: _Head(_lam(lambda t: t.mean((2, 3)), "mean((2, 3))")),
+    ),
+    _spec(
+        "mean · keepdim",
+        ["mean"],
+        "conv → x.mean((2, 3), keepdim=True) → conv",
+        lambda: BetweenConvs(_lam(lambda t: t.mean((2, 3), keepdim=True), "mean keepdim")),
+    ),
+    _spec(
+        "mean · last axis",
+        ["mean"],
+        "conv1d → ReLU → x.mean(-1) → linear (a keyword spotter)",
+        lambda: _Signal(_lam(lambda t: t.mean(-1), "mean(-1)"), 8),
+        SIGNAL,
+    ),
+    _spec(
+        "sum",
+        ["sum"],
+        "conv → x.sum((2, 3)) → linear",
+        lambda: _Head(_lam(lambda t: t.sum((2, 3)), "sum((2, 3))")),
+    ),
+    # activations
+    _spec("relu", ["relu"], "between convs", lambda: BetweenConvs(nn.ReLU())),
+    _spec(
+        "relu · after linear",
+        ["relu"],
+        "between linears (an MLP)",
+        lambda: BetweenLinears(nn.ReLU()),
+        TOKENS,
+    ),
+    _spec(
+        "hardtanh",
+        ["hardtanh"],
+        "nn.ReLU6 between convs (MobileNetV2)",
+        lambda: BetweenConvs(nn.ReLU6()),
+    ),
+    _spec(
+        "leaky_relu",
+        ["leaky_relu"],
+        "between convs (YOLOv3)",
+        lambda: BetweenConvs(nn.LeakyReLU(0.1)),
+    ),
+    _spec(
+        "gelu",
+        ["gelu"],
+        "between linears (a transformer's FFN)",
+        lambda: BetweenLinears(nn.GELU()),
+        TOKENS,
+    ),
+    _spec("gelu · after conv", ["gelu"], "between convs", lambda: BetweenConvs(nn.GELU())),
+    _spec("silu", ["silu"], "between convs (EfficientNet)", lambda: BetweenConvs(nn.SiLU())),
+    _spec("mish", ["mish"], "between convs (YOLOv4)", lambda: BetweenConvs(nn.Mish())),
+    _spec(
+        "hardswish",
+        ["hardswish"],
+        "between convs (MobileNetV3)",
+        lambda: BetweenConvs(nn.Hardswish()),
+    ),
+    _spec(
+        "hardsigmoid",
+        ["hardsigmoid"],
+        "an SE gate: y × hardsigmoid(conv(y)) (MobileNetV3)",
+        lambda: _Gate(nn.Hardsigmoid()),
+    ),
+    _spec(
+        "sigmoid",
+        ["sigmoid"],
+        "an SE gate: y × sigmoid(conv(y)) (EfficientNet)",
+        lambda: _Gate(nn.Sigmoid()),
+    ),
+    _spec("tanh", ["tanh"], "between linears", lambda: BetweenLinears(nn.Tanh()), TOKENS),
+    _spec(
+        "softmax",
+        ["softmax"],
+        "between linears, last axis",
+        lambda: BetweenLinears(nn.Softmax(-1)),
+        TOKENS,
+    ),
+    _spec(
+        "clamp",
+        ["clamp"],
+        "x.clamp(-1, 1) between convs",
+        lambda: BetweenConvs(_lam(lambda t: t.clamp(-1, 1), "clamp(-1, 1)")),
+    ),
+    # norms
+    _spec(
+        "layer_norm",
+        ["layer_norm"],
+        "between linears (a transformer)",
+        lambda: BetweenLinears(nn.LayerNorm(16)),
+        TOKENS,
+    ),
+    _spec("group_norm", ["group_norm"], "between convs", lambda: BetweenConvs(nn.GroupNorm(2, 8))),
+    _spec(
+        "batch_norm",
+        ["batch_norm"],
+        "conv → ReLU → BatchNorm → conv (not foldable)",
+        lambda: BetweenConvs(nn.Sequential(nn.ReLU(), nn.BatchNorm2d(8))),
+    ),
+    # resampling
+    _spec(
+        "upsample_nearest2d",
+        ["upsample_nearest2d"],
+        "between convs (U-Net, FPN)",
+        lambda: BetweenConvs(nn.Upsample(scale_factor=2, mode="nearest")),
+    ),
+    _spec(
+        "upsample_bilinear2d",
+        ["upsample_bilinear2d"],
+        "between convs (segmentation heads)",
+        lambda: BetweenConvs(nn.Upsample(scale_factor=2, mode="bilinear")),
+    ),
+    _spec(
+        "pixel_shuffle",
+        ["pixel_shuffle"],
+        "between convs (super-resolution)",
+        lambda: BetweenConvs(nn.PixelShuffle(2), 2),
+    ),
+    # layout and slicing
+    _spec(
+        "pad",
+        ["pad", "constant_pad_nd"],
+        "F.pad between convs",
+        lambda: BetweenConvs(_lam(lambda t: F.pad(t, (1, 1, 1, 1)), "pad 1"), 8),
+    ),
+    _spec(
+        "flatten",
+        ["flatten"],
+        "conv → flatten → linear",
+        lambda: nn.Sequential(nn.Conv2d(8, 2, 3, padding=1), nn.Flatten(), nn.Linear(128, 4)),
+        shared=True,
+    ),
+    _spec(
+        "reshape",
+        ["reshape", "view"],
+        "between linears",
+        lambda: BetweenLinears(_lam(lambda t: t.reshape(12, 4, 4).reshape(12, 16), "reshape")),
+        TOKENS,
+        shared=True,
+    ),
+    _spec("permute", ["permute"], "conv → permute → linear (ConvNeXt)", _Permute, shared=True),
+    _spec(
+        "transpose",
+        ["transpose"],
+        "linear → transpose → conv1d (Conformer)",
+        _Transpose,
+        SEQUENCE,
+        shared=True,
+    ),
+    _spec(
+        "slice",
+        ["slice"],
+        "conv → x[:, :, 1:-1] → conv",
+        lambda: BetweenConvs(_lam(lambda t: t[:, :, 1:-1], "[:, :, 1:-1]")),
+        shared=True,
+    ),
+    _spec("split", ["split"], "conv → split → a conv on each half", _Split, shared=True),
+    _spec(
+        "dropout",
+        ["dropout"],
+        "eval-mode dropout between linears",
+        lambda: BetweenLinears(nn.Dropout(0.1)),
+        TOKENS,
+        shared=True,
+    ),
+    # recurrent
+    _spec("lstm", ["lstm"], "between linears", lambda: _Recurrent(nn.LSTM), SEQUENCE),
+    _spec("gru", ["gru"], "between linears", lambda: _Recurrent(nn.GRU), SEQUENCE),
+)
+
+
+def entry(name: str) -> Entry:
+    """The entry of that name.
+
+    Raises:
+        KeyError: naming the entries, if there is none of that name.
+    """
+    for found in ENTRIES:
+        if found.name == name:
+            return found
+    raise KeyError(f"no atlas entry {name!r} (one of: {', '.join(e.name for e in ENTRIES)})")

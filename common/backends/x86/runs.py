@@ -1,0 +1,206 @@
+"""What ran an atlas entry on x86: its ``X86InductorQuantizer`` graph lowered
+(``lower_pt2e_quantized_to_x86``) or compiled (``torch.compile`` with freezing), read with
+``common.kernels.kernels_run``.
+
+Freezing is set for the process (``torch._inductor.config.freezing = True``) before a compile
+and left set, as ``common.timing.race`` does: a ``config.patch`` around the first call would
+lose it at a later recompile (a new input shape, ``torch._dynamo.reset()``), which then runs
+float convs. Imports nothing of ``common.atlas``: an entry is asked for its input
+(``item.example_args()``), its op's nodes (``item.holds(node)``) and its int8 model
+(``item.quantized(quantizer)``).
+"""
+
+import copy
+import warnings
+from pathlib import Path
+
+import torch
+
+#: The names oneDNN gives each op as a post-op attribute.
+_POST_OP_NAMES = {
+    "relu": ("relu",),
+    "hardtanh": ("hardtanh",),
+    "leaky_relu": ("leaky_relu",),
+    "gelu": ("gelu",),
+    "silu": ("swish", "silu"),
+    "hardswish": ("hardswish",),
+    "tanh": ("tanh",),
+    "add": ("sum", "add"),
+    "sub": ("sum", "add"),
+}
+
+
+def _freezing() -> None:
+    """Inductor's freezing, for the process: every later (re)compile freezes too."""
+    torch._inductor.config.freezing = True
+
+
+# The few graph readings the x86 reader needs (common.atlas.run reads converted graphs the
+# same way; a backend imports nothing of the atlas).
+
+
+def _name(node) -> str:
+    """The op's name without namespace or overload (``max_pool2d_with_indices``)."""
+    target = node.target
+    if hasattr(target, "_overloadpacket"):
+        return target._overloadpacket.__name__
+    return getattr(target, "__name__", str(target)).split(".")[-1]
+
+
+def _is(node, name: str) -> bool:
+    return isinstance(node, torch.fx.Node) and node.op == "call_function" and _name(node) == name
+
+
+def _tensor_inputs(node) -> list:
+    """The values an op computes on: its node arguments but constants (weights, biases, the
+    qparams); a conv's or linear's weight is ``args[1]``, read apart."""
+    found = []
+    for arg in node.args:
+        for a in arg if isinstance(arg, list | tuple) else [arg]:
+            if isinstance(a, torch.fx.Node) and a.op != "get_attr":
+                found.append(a)
+    if _name(node) in ("conv1d", "conv2d", "conv_transpose2d", "linear", "convolution"):
+        found = found[:1]
+    return found
+
+
+def _users_through_getitem(node) -> list:
+    users = []
+    for user in node.users:
+        users += list(user.users) if _is(user, "getitem") else [user]
+    return users
+
+
+# --- Lowered (or, where that cannot run, compiled) ----------------------------------------------
+
+
+def x86_runs(item, converted) -> dict:
+    """Lower the x86 graph (``lower_pt2e_quantized_to_x86``), run it once under ``kernels_run``.
+
+    Where the lowered graph cannot run eagerly (a conv with a fused add whose extra input is
+    not channels-last: oneDNN's "accum tensor must be contiguous"), the converted model is
+    compiled instead (``torch.compile``, freezing set for the process and left set) and that
+    run is read.
+
+    Args:
+        item: a ``common.atlas.Entry``.
+        converted: its model converted for ``X86InductorQuantizer``.
+
+    Returns:
+        dict: ``int8`` and ``float`` the kernels the profiler saw; ``post_ops`` the post-ops
+        oneDNN ran fused into each int8 kernel (``{"onednn::qconv_pointwise": ["relu"]}``, from
+        its verbose log of the same call); ``path`` ``lowered`` or ``compiled``; ``op`` where
+        the op ran: ``fused: qconv_pointwise+relu`` (a post-op), ``oneDNN: qlinear_pointwise``,
+        ``loop u8→u8`` (between a dequantize and a quantize: inductor computes it in one loop
+        from and to uint8), ``fp32: aten::bmm`` (a float kernel), ``loop fp32`` or ``absent``.
+    """
+    from torchao.quantization.pt2e.lowering import lower_pt2e_quantized_to_x86
+
+    from common.kernels import kernels_run
+
+    args = item.example_args()
+    path = "lowered"
+    with torch.no_grad():
+        lowered = lower_pt2e_quantized_to_x86(copy.deepcopy(converted), args)
+        try:
+            ran = kernels_run(lowered, args)
+        except RuntimeError as error:
+            if "must be contiguous" not in str(error):
+                raise
+            path = "compiled"
+            _freezing()
+            compiled = torch.compile(copy.deepcopy(converted))
+            compiled(*args)  # the compile
+            ran = kernels_run(compiled, args)
+    post_ops = {k: sorted(v) for k, v in (ran.post_ops or {}).items()}
+    kernels = sorted(
+        f"{k.split('::')[1]}+{'+'.join(ops)}" if ops else k.split("::")[1]
+        for k, ops in post_ops.items()
+    )
+    mine = [n for n in lowered.graph.nodes if item.holds(n)]
+    if item.op in ("conv1d", "conv2d", "linear"):
+        float_kernels = ", ".join(sorted(ran.float))
+        where = "oneDNN: " + ", ".join(kernels) if kernels else f"fp32: {float_kernels}"
+    elif not mine:
+        names = _POST_OP_NAMES.get(item.op, ())
+        fused = [k for k in kernels if any(p in k.split("+")[1:] for p in names)]
+        where = f"fused: {fused[0]}" if fused else "absent"
+    elif all(_reads_and_writes_u8(n) for n in mine):
+        where = "loop u8→u8"
+    else:
+        where = _float_kernel(ran, mine)
+    return {
+        "int8": dict(ran.int8),
+        "float": dict(ran.float),
+        "post_ops": post_ops,
+        "path": path,
+        "op": where,
+    }
+
+
+def _reads_and_writes_u8(node) -> bool:
+    inputs = _tensor_inputs(node)
+    users = _users_through_getitem(node)
+    return (
+        bool(inputs)
+        and all(_is(a, "dequantize_per_tensor") for a in inputs)
+        and bool(users)
+        and all(_is(u, "quantize_per_tensor") for u in users)
+    )
+
+
+def _float_kernel(ran, mine=()) -> str:
+    """``fp32: aten::bmm`` when the op is one of the float kernels the profiler names."""
+    for node in mine:
+        for kernel in ran.float:
+            if kernel.split("::")[1].lstrip("_").startswith(_name(node).lstrip("_")[:12]):
+                return f"fp32: {kernel}"
+    return "loop fp32"
+
+
+# --- Compiled -----------------------------------------------------------------------------------
+
+
+def x86_compiled(item) -> dict:
+    """The entry's x86 model compiled (``torch.compile`` with freezing), read with ``kernels_run``.
+
+    ``lower_pt2e_quantized_to_x86`` runs inductor's freezing passes only: they prepack the
+    int8 convs and linears and fuse a ReLU, while the other unary post-ops (GELU, SiLU,
+    Hardswish, Tanh, ReLU6) are fused by the passes a compile runs after them. For an op the
+    quantizer fused, this is what ran. Freezing is set for the process before the compile and
+    left set (see the module docstring). Kept in the cache (kind ``op_atlas_compiled``), keyed
+    by the model, this file, the file of the entry's recipe (``Entry.quantized``) and the
+    stack.
+
+    Args:
+        item: a ``common.atlas.Entry``.
+
+    Returns:
+        dict: ``int8`` and ``float`` kernels, ``post_ops`` per oneDNN kernel.
+    """
+    from importlib.metadata import version
+
+    from common.cache import cached
+    from common.cpu import describe
+    from common.digest import digest
+    from common.pt2e import x86_quantizer
+
+    def run() -> dict:
+        from common.kernels import kernels_run
+
+        converted = item.quantized(x86_quantizer())
+        args = item.example_args()
+        _freezing()
+        with torch.no_grad(), warnings.catch_warnings():
+            # inductor's int8 lowering copies a zero point with torch.tensor(tensor): a warning
+            warnings.filterwarnings("ignore", "To copy construct from a tensor", UserWarning)
+            compiled = torch.compile(converted)
+            compiled(*args)  # the compile
+            ran = kernels_run(compiled, args)
+        post_ops = {k: sorted(v) for k, v in (ran.post_ops or {}).items()}
+        return {"int8": dict(ran.int8), "float": dict(ran.float), "post_ops": post_ops}
+
+    stack = [version("nncf"), version("openvino"), describe().kernel_path]
+    code = [Path(__file__), Path(type(item).quantized.__code__.co_filename)]
+    key = digest(item.name, list(item.ops), list(item.shape), item.build(), code, stack)
+    return cached("op_atlas_compiled", key, run)

@@ -12,6 +12,7 @@
 - ``digest``: ``digest``, the one key: files, tensors, modules, with the stack's versions.
 - ``edge``: ExecuTorch: ``CoursePartitioner`` written by hand, ``to_executorch``, ``delegated``.
 - ``expect``: ``expect_error``, an expected error shown as its type and first line.
+- ``graph``: one vocabulary for reading PT2E graphs: op names, Q/DQ, the walks a reader needs.
 - ``handmade``: ``prepare`` and ``convert`` written by hand, bit-exact with torchao's.
 - ``kernels``: ``kernels_run`` and ``time_by_kind``: the compute kernels a model really ran.
 - ``lesson``: the running lesson: its language, where its figures and pictures go while the

@@ -1,10 +1,13 @@
 """The one key function: ``digest(*parts)``, a short hex digest of files, strings, JSON,
 tensors and modules, always with the installed torch, torchao and ExecuTorch versions
 (``stack_versions``). Every cache entry and measured figure of the course is named by it.
+``import_closure(path)``: the ``common`` files a lesson or a module may run, read from their
+imports (what the site's build re-runs a lesson for, and what the op atlas keys its rows by).
 
 Torch-free at import (a tensor or module is read only once torch is imported).
 """
 
+import ast
 import hashlib
 import inspect
 import json
@@ -14,8 +17,9 @@ from functools import cache
 from importlib import metadata
 from pathlib import Path
 
-__all__ = ["STACK", "digest", "stack_versions"]
+__all__ = ["STACK", "digest", "import_closure", "stack_versions"]
 
+_ROOT = Path(__file__).resolve().parents[1]
 #: The packages whose versions every ``digest`` covers.
 STACK = ("torch", "torchao", "executorch")
 
@@ -198,3 +202,89 @@ def _names(code: types.CodeType) -> set:
         if isinstance(constant, types.CodeType):
             names |= _names(constant)
     return names
+
+
+# ----------------------------------------------------------- the code a file may run
+
+
+def _imported_modules(code: str, package: str = "") -> set[str]:
+    """The dotted names ``code`` imports, anywhere (inside functions too), and those of the
+    code it holds in string constants that parse as Python (a step a lesson hands to a fresh
+    interpreter, ``common.cpu.run_under_isa``). ``package``: the package ``code`` belongs to,
+    for its relative imports (``from .rules import X`` in ``common.backends.xnnpack``)."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return set()
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*parent, *([node.module] if node.module else [])])
+            found.add(base)
+            found |= {f"{base}.{alias.name}" for alias in node.names}
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if "import" in node.value and "\n" in node.value:
+                found |= _imported_modules(node.value, package)
+    return found
+
+
+def _module_files(name: str, root: Path) -> list[Path]:
+    """The files importing ``name`` (``common.backends.xnnpack.rules``) runs: each package's
+    ``__init__.py`` on the way down, then the module; [] for a name that is not a module of
+    ``common`` (a function imported from it)."""
+    parts = name.split(".")
+    files, folder = [], root
+    for depth, part in enumerate(parts):
+        folder = folder / part
+        if (folder / "__init__.py").is_file():
+            files.append(folder / "__init__.py")
+        elif folder.with_suffix(".py").is_file() and depth == len(parts) - 1:
+            files.append(folder.with_suffix(".py"))
+        else:
+            break
+    return files
+
+
+def _package_of(path: Path, root: Path) -> str:
+    """The dotted package a file of ``common`` belongs to (``common.backends.xnnpack``)."""
+    folder = path.parent.relative_to(root)
+    return ".".join(folder.parts)
+
+
+def import_closure(path: Path, root: Path = _ROOT, *, skip=()) -> list[Path]:
+    """The files of ``common/`` that running ``path`` may execute: ``common/__init__.py`` and
+    every module it imports, directly or through other ``common`` modules (an import inside a
+    function counts; so does one in a code string it runs in a subprocess), with the
+    ``__init__.py`` of each package on the way; ``path`` itself is not in it. In path order.
+
+    Args:
+        path: a lesson, or a module of ``common``.
+        root: the folder holding ``common/`` (a source checkout, or site-packages).
+        skip: files not to follow (their imports are not read) and not to list.
+
+    >>> [p.name for p in import_closure(_ROOT / "common" / "lesson.py")]
+    ['__init__.py', 'charts.py', 'turns.py']
+    """
+    root, path = Path(root).resolve(), Path(path).resolve()
+    common = root / "common"
+    if not common.is_dir():
+        return []
+    skip = {Path(p).resolve() for p in skip}
+    seen: set[Path] = set()
+    todo = [(path, _package_of(path, root) if path.is_relative_to(common) else "")]
+    while todo:
+        file, package = todo.pop()
+        for name in _imported_modules(file.read_text("utf-8"), package):
+            if name.split(".")[0] != "common":
+                continue
+            for module in _module_files(name, root):
+                if module not in seen and module not in skip:
+                    seen.add(module)
+                    todo.append((module, _package_of(module, root)))
+    seen.discard(path)
+    return sorted(seen, key=lambda p: p.relative_to(common).parts)

@@ -43,9 +43,8 @@ from common.backends.xnnpack.table import (
     Op,
     Q,
     _conv_absorbs,
-    _is,
-    op_name,
 )
+from common.graph import calls_overload, op_name
 
 __all__ = [
     "PORTABLE",
@@ -117,7 +116,11 @@ def _check_type(program, *, where: str) -> None:
 
 
 def _check_quantized(program: ExportedProgram) -> None:
-    qdq = [n for n in program.graph.nodes if _is(n, Q) or _is(n, DQ) or _is(n, DQ_CHANNEL)]
+    qdq = [
+        n
+        for n in program.graph.nodes
+        if calls_overload(n, Q) or calls_overload(n, DQ) or calls_overload(n, DQ_CHANNEL)
+    ]
     if not qdq:
         raise ValueError(
             "CoursePartitioner delegates quantized graphs, and this one has no quantize or "
@@ -126,7 +129,7 @@ def _check_quantized(program: ExportedProgram) -> None:
             "XnnpackPartitioner, which also delegates float graphs"
         )
     for node in qdq:
-        if _is(node, Q) and node.args[5] != torch.int8:
+        if calls_overload(node, Q) and node.args[5] != torch.int8:
             raise ValueError(
                 f"CoursePartitioner expects int8 activations (XNNPACKQuantizer's), but node "
                 f"{node.name!r} quantizes to {node.args[5]}; X86InductorQuantizer's uint8 "
@@ -209,7 +212,11 @@ class CoursePartitioner(Partitioner):
                 matches.append(match)
                 # XNNPACK folds a q/dq inside an int8 pattern into its int8 tensors.
                 for member in match[1:]:
-                    if _is(member, Q) or _is(member, DQ) or _is(member, DQ_CHANNEL):
+                    if (
+                        calls_overload(member, Q)
+                        or calls_overload(member, DQ)
+                        or calls_overload(member, DQ_CHANNEL)
+                    ):
                         tag_as_implicit_q_dq(member)
         groups = _merge(matches, constants)
         partitions = generate_grouped_partitions_from_list_of_nodes(program.graph_module, groups)
@@ -249,7 +256,9 @@ class CoursePartitioner(Partitioner):
             if bias.name not in constants:
                 return None  # XNNPACK packs a constant bias only
             deps.append(bias)
-        if not (_is(weight, DQ) or _is(weight, DQ_CHANNEL)):  # float: weight, [fused act]
+        if not (
+            calls_overload(weight, DQ) or calls_overload(weight, DQ_CHANNEL)
+        ):  # float: weight, [fused act]
             if weight.name not in constants:
                 return None
             users = list(node.users)
@@ -261,12 +270,12 @@ class CoursePartitioner(Partitioner):
         if (
             op_name(node.target) == "convolution.default"
             and not node.args[6]  # not transposed
-            and _is(x, "constant_pad_nd.default")
+            and calls_overload(x, "constant_pad_nd.default")
             and len(x.users) == 1
             and _conv_absorbs(x)
         ):
             deps += [x, x.args[0]]  # dequantize -> pad -> conv: the pad becomes the conv's
-        elif _is(x, DQ):
+        elif calls_overload(x, DQ):
             deps.append(x)
         else:
             return None  # a float input
@@ -283,11 +292,11 @@ class CoursePartitioner(Partitioner):
             taken.append(user)
             if len(user.users) == 1:
                 (user,) = user.users
-        return [*taken, user] if _is(user, Q) else None
+        return [*taken, user] if calls_overload(user, Q) else None
 
     def _int8_pattern(self, node: Node, op: Op) -> list[Node]:
         """The dequantized inputs and output quantize of an int8 op, or [] to run it alone."""
-        if not op.int8 or not all(_is(n, DQ) for n in node.all_input_nodes):
+        if not op.int8 or not all(calls_overload(n, DQ) for n in node.all_input_nodes):
             return []
         output = self._output_quantize(node, op)
         return [] if output is None else [*node.all_input_nodes, *output]

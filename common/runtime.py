@@ -22,7 +22,7 @@ from pathlib import Path
 
 from torch.fx import Node
 
-from common.backends.xnnpack.table import op_name
+from common.graph import op_name
 from common.lesson import lesson_language
 
 __all__ = [

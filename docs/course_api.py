@@ -39,6 +39,7 @@ API_ORDER = (
     "common.qat",
     "common.coverage",
     "common.atlas",
+    "common.graph",
     "common.backends",
     "common.charts",
     "common.results",

@@ -51,8 +51,8 @@ def lesson_inputs(script: Path, first_cell: str) -> dict[str, str]:
 def stale_inputs(recorded: dict, now: dict) -> list[str]:
     """The inputs that changed, were added or went away since ``recorded``.
 
-    >>> stale_inputs({"common/atlas/run.py": "a", "common/lesson.py": "b"}, {"common/lesson.py": "b"})
-    ['common/atlas/run.py']
+    >>> stale_inputs({"common/graph.py": "a", "common/lesson.py": "b"}, {"common/lesson.py": "b"})
+    ['common/graph.py']
     """
     return sorted(name for name in {*recorded, *now} if recorded.get(name) != now.get(name))
 

@@ -7,7 +7,6 @@ Not an extension: the generated pages (course_directives.py), the landing page's
 (course_rerun.py) and the gallery hooks (course_gallery.py) share it.
 """
 
-import ast
 import hashlib
 import re
 from importlib import metadata
@@ -146,79 +145,18 @@ COMMON = ROOT / "common"
 STACK = ("torch", "torchao", "executorch")
 
 
-def _imported_modules(code: str, package: str = "") -> set[str]:
-    """The dotted names ``code`` imports, anywhere (inside functions too), and those of the
-    code it holds in string constants that parse as Python (a step a lesson hands to a fresh
-    interpreter, ``common.cpu.run_under_isa``). ``package``: the package ``code`` belongs to,
-    for its relative imports (``from .rules import X`` in ``common.backends.xnnpack``)."""
-    try:
-        tree = ast.parse(code)
-    except SyntaxError:
-        return set()
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parent = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                base = ".".join([*parent, *([node.module] if node.module else [])])
-            found.add(base)
-            found |= {f"{base}.{alias.name}" for alias in node.names}
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            if "import" in node.value and "\n" in node.value:
-                found |= _imported_modules(node.value, package)
-    return found
-
-
-def _module_files(name: str) -> list[Path]:
-    """The files importing ``name`` (``common.backends.xnnpack.rules``) runs: each package's
-    ``__init__.py`` on the way down, then the module; [] for a name that is not a module of
-    ``common`` (a function imported from it)."""
-    parts = name.split(".")
-    files, folder = [], ROOT
-    for depth, part in enumerate(parts):
-        folder = folder / part
-        if (folder / "__init__.py").is_file():
-            files.append(folder / "__init__.py")
-        elif folder.with_suffix(".py").is_file() and depth == len(parts) - 1:
-            files.append(folder.with_suffix(".py"))
-        else:
-            break
-    return files
-
-
-def _package_of(path: Path) -> str:
-    """The dotted package a file of ``common`` belongs to (``common.backends.xnnpack``)."""
-    folder = path.parent.relative_to(ROOT)
-    return ".".join(folder.parts)
-
-
 def common_closure(script: Path) -> list[Path]:
-    """The files of ``common/`` that running ``script`` may execute: ``common/__init__.py`` and
-    every module it imports, directly or through other ``common`` modules (an import inside a
-    function counts; so does one in a code string it runs in a subprocess), with the
-    ``__init__.py`` of each package on the way. In path order.
+    """The files of ``common/`` that running ``script`` may execute
+    (``common.digest.import_closure``: what it imports, directly or through other ``common``
+    modules, or in a code string it hands a subprocess).
 
     >>> lesson = ROOT / "examples/en/m00_graphs/m00_1_getting_a_graph.py"
     >>> [p.name for p in common_closure(lesson)][:2]
     ['__init__.py', 'charts.py']
     """
-    if not COMMON.is_dir():  # a fixture site without the course's helpers
-        return []
-    seen: set[Path] = set()
-    todo = [(Path(script), "")]
-    while todo:
-        path, package = todo.pop()
-        for name in _imported_modules(path.read_text("utf-8"), package):
-            if name.split(".")[0] != "common":
-                continue
-            for module in _module_files(name):
-                if module not in seen:
-                    seen.add(module)
-                    todo.append((module, _package_of(module)))
-    return sorted(seen, key=lambda p: p.relative_to(COMMON).parts)
+    from common.digest import import_closure
+
+    return import_closure(script, ROOT)
 
 
 def _version(name: str) -> str:

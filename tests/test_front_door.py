@@ -255,8 +255,10 @@ def test_the_download_line_reads_the_common_modules_a_lesson_imports():
     """M07-4 imports only ``common`` and torch itself; its op atlas (``common.atlas``) asks
     ExecuTorch, OpenVINO's quantizer and ``torch.compile``: the line names them all. M00-1's
     closure holds none of them."""
+    from common.digest import _imported_modules
+
     from course_links import run_needs
-    from course_sources import _imported_modules, common_closure
+    from course_sources import common_closure
 
     script = EXAMPLES / "en" / "m07_your_model" / "m07_4_op_atlas.py"
     imported = {name.split(".")[0] for name in _imported_modules(script.read_text("utf-8"))}

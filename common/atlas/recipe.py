@@ -12,13 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-
-def _name(node) -> str:
-    """The op's name without namespace or overload (``max_pool2d_with_indices``)."""
-    target = node.target
-    if hasattr(target, "_overloadpacket"):
-        return target._overloadpacket.__name__
-    return getattr(target, "__name__", str(target)).split(".")[-1]
+from common.graph import base_name
 
 
 @dataclass(frozen=True)
@@ -64,7 +58,7 @@ class Entry:
         """Whether ``node`` stands for the entry's op (a call of one of :attr:`ops`)."""
         if node.op != "call_function":
             return False
-        name = _name(node)
+        name = base_name(node.target)
         return any(name.lstrip("_").startswith(op) for op in self.ops)
 
     def quantized(self, quantizer, *, fold_quantize: bool = True):

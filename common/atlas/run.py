@@ -2,8 +2,9 @@
 graph, ``coverage``'s report on it, and :func:`run_entry` / :func:`run_cached`, which ask each
 backend's run reader (``common.backends``) what ran it.
 
-``run_cached``'s key holds this file and the backends' run-reader files whole, and
-``recipe.py`` (how an entry runs); not ``entries.py``, so a new row computes only itself.
+``run_cached``'s key holds this file and every ``common`` file it may run whole (``recipe.py``,
+the backends' run readers, ``common.coverage``); not ``entries.py``, so a new row computes
+only itself.
 """
 
 import warnings
@@ -11,7 +12,15 @@ from pathlib import Path
 
 import torch
 
-from common.atlas.recipe import Entry, _name
+from common.atlas.recipe import Entry
+from common.graph import (
+    DEQUANTIZE,
+    QUANTIZE,
+    base_name,
+    calls,
+    tensor_inputs,
+    users_through_getitem,
+)
 
 #: The quantizers of the atlas, in its columns' order.
 QUANTIZERS = ("x86", "xnnpack", "openvino", "arm")
@@ -19,8 +28,6 @@ QUANTIZERS = ("x86", "xnnpack", "openvino", "arm")
 
 # --- Reading graphs ---------------------------------------------------------------------------
 
-_Q = "quantize_per_tensor"
-_DQ = ("dequantize_per_tensor", "dequantize_per_channel")
 #: Ops whose value is computed from int8 inputs even when their output is left float.
 _COMPUTE = {
     "conv1d",
@@ -41,35 +48,14 @@ def nodes_of(item: Entry, graph: torch.fx.Graph) -> list:
     return [node for node in graph.nodes if item.holds(node)]
 
 
-def _is(node, names) -> bool:
-    names = (names,) if isinstance(names, str) else names
-    return isinstance(node, torch.fx.Node) and node.op == "call_function" and _name(node) in names
-
-
-def _tensor_inputs(node) -> list:
-    """The values an op computes on: its node arguments but constants (weights, biases, the
-    qparams); a conv's or linear's weight is ``args[1]``, read apart."""
-    found = []
-    for arg in node.args:
-        for a in arg if isinstance(arg, list | tuple) else [arg]:
-            if isinstance(a, torch.fx.Node) and a.op != "get_attr":
-                found.append(a)
-    if _name(node) in ("conv1d", "conv2d", "conv_transpose2d", "linear", "convolution"):
-        found = found[:1]
-    return found
-
-
 def _int8_compute(node) -> bool:
     """A conv/linear/matmul whose inputs are all dequantized int8."""
-    inputs = _tensor_inputs(node)
-    return _name(node) in _COMPUTE and bool(inputs) and all(_is(a, _DQ) for a in inputs)
-
-
-def _users_through_getitem(node) -> list:
-    users = []
-    for user in node.users:
-        users += list(user.users) if _is(user, "getitem") else [user]
-    return users
+    inputs = tensor_inputs(node)
+    return (
+        base_name(node.target) in _COMPUTE
+        and bool(inputs)
+        and all(calls(a, DEQUANTIZE) for a in inputs)
+    )
 
 
 def annotation(item: Entry, converted: torch.fx.GraphModule) -> str:
@@ -88,10 +74,10 @@ _TAIL = ("relu", "relu_", "hardtanh", "hardtanh_")
 
 
 def _quantized_after(node) -> bool:
-    users = _users_through_getitem(node)
-    if len(users) == 1 and _is(users[0], _TAIL) and _annotated(users[0]):
-        users = _users_through_getitem(users[0])
-    return bool(users) and all(_is(u, _Q) for u in users)
+    users = users_through_getitem(node)
+    if len(users) == 1 and calls(users[0], _TAIL) and _annotated(users[0]):
+        users = users_through_getitem(users[0])
+    return bool(users) and all(calls(u, QUANTIZE) for u in users)
 
 
 def _annotated(node) -> bool:
@@ -103,21 +89,21 @@ def _annotated(node) -> bool:
 
 
 def _node_status(item: Entry, node) -> str:
-    inputs = _tensor_inputs(node)
+    inputs = tensor_inputs(node)
     out_q = _quantized_after(node)
-    in_q = bool(inputs) and all(_is(a, _DQ) for a in inputs)
-    if _name(node) in _COMPUTE:
+    in_q = bool(inputs) and all(calls(a, DEQUANTIZE) for a in inputs)
+    if base_name(node.target) in _COMPUTE:
         if item.op == "embedding":  # the table (its weight) int8, the indices as they are
-            return "int8" if _is(node.args[0], _DQ) else "float"
+            return "int8" if calls(node.args[0], DEQUANTIZE) else "float"
         weights = [a for a in node.args[1:2] if isinstance(a, torch.fx.Node)]
-        if _name(node) in ("conv1d", "conv2d", "conv_transpose2d", "linear"):
-            in_q = in_q and all(_is(w, _DQ) for w in weights)
+        if base_name(node.target) in ("conv1d", "conv2d", "conv_transpose2d", "linear"):
+            in_q = in_q and all(calls(w, DEQUANTIZE) for w in weights)
         return "int8" if in_q else "float"
     if in_q and out_q and _annotated(node):
-        users = _users_through_getitem(node)
+        users = users_through_getitem(node)
         same = item.shared and all(inputs[0].args[1:3] == u.args[1:3] for u in users)
         return "int8 shared" if same else "int8"
-    fed = [a for a in inputs if not _is(a, _DQ)]
+    fed = [a for a in inputs if not calls(a, DEQUANTIZE)]
     direct = fed and _int8_compute(fed[0]) and len(fed[0].users) == 1
     if out_q and direct and _annotated(node):  # a post-op of the int8 conv or linear
         return "int8 fused"
@@ -229,26 +215,30 @@ def run_entry(item: Entry) -> dict:
 
 
 def _key_files() -> list[Path]:
-    """The files whose code makes a result: this one, ``recipe.py`` and the backends' run
-    readers and quantizer makers."""
-    import common.atlas.recipe as recipe
-    from common.backends import arm, openvino
-    from common.backends.x86 import runs as x86
-    from common.backends.xnnpack import runs as xnnpack
+    """The files whose code makes a result: this one and every ``common`` file it may run
+    (``common.digest.import_closure``: ``recipe.py``, the backends' run readers and quantizer
+    makers, ``common.coverage``, ``common.graph``, ...), but the rows (``entries.py``)."""
+    from common.digest import import_closure
 
-    return [Path(m.__file__) for m in (recipe, x86, xnnpack, openvino, arm)] + [Path(__file__)]
+    here = Path(__file__).resolve()
+    common = here.parents[1]
+    # The rows, and the build's bookkeeping (its lesson, cache and turns), make no result.
+    skip = [
+        here.with_name("entries.py"),
+        *(common / f"{m}.py" for m in ("lesson", "cache", "turns")),
+    ]
+    return [here, *import_closure(here, skip=skip)]
 
 
 def run_cached(item: Entry) -> dict:
     """:func:`run_entry`, kept in the course's cache (``common.cache.cached``).
 
     The key names what produced the result: the entry (its name, ops, input shape and its
-    model: code and weights), the files that run and read it whole (``common/atlas/run.py``,
-    ``common/atlas/recipe.py``, ``common/backends/x86/runs.py``,
-    ``common/backends/xnnpack/runs.py``, ``common/backends/openvino.py``,
-    ``common/backends/arm.py``; not the rows of ``entries.py``: a new row computes only
-    itself), the installed stack (torch, torchao, ExecuTorch, NNCF, OpenVINO) and the CPU's
-    kernel path (OpenVINO's CPU plugin picks its float precision by it). It holds no timing.
+    model: code and weights), the files that run and read it whole (``common/atlas/run.py``
+    and every ``common`` file it may run: ``_key_files``; not the rows of ``entries.py``: a
+    new row computes only itself), the installed stack (torch, torchao, ExecuTorch, NNCF,
+    OpenVINO) and the CPU's kernel path (OpenVINO's CPU plugin picks its float precision by
+    it). It holds no timing.
     """
     from importlib.metadata import version
 

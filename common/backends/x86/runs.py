@@ -16,6 +16,8 @@ from pathlib import Path
 
 import torch
 
+from common.graph import base_name, calls, tensor_inputs, users_through_getitem
+
 #: The names oneDNN gives each op as a post-op attribute.
 _POST_OP_NAMES = {
     "relu": ("relu",),
@@ -37,38 +39,6 @@ def _freezing() -> None:
 
 # The few graph readings the x86 reader needs (common.atlas.run reads converted graphs the
 # same way; a backend imports nothing of the atlas).
-
-
-def _name(node) -> str:
-    """The op's name without namespace or overload (``max_pool2d_with_indices``)."""
-    target = node.target
-    if hasattr(target, "_overloadpacket"):
-        return target._overloadpacket.__name__
-    return getattr(target, "__name__", str(target)).split(".")[-1]
-
-
-def _is(node, name: str) -> bool:
-    return isinstance(node, torch.fx.Node) and node.op == "call_function" and _name(node) == name
-
-
-def _tensor_inputs(node) -> list:
-    """The values an op computes on: its node arguments but constants (weights, biases, the
-    qparams); a conv's or linear's weight is ``args[1]``, read apart."""
-    found = []
-    for arg in node.args:
-        for a in arg if isinstance(arg, list | tuple) else [arg]:
-            if isinstance(a, torch.fx.Node) and a.op != "get_attr":
-                found.append(a)
-    if _name(node) in ("conv1d", "conv2d", "conv_transpose2d", "linear", "convolution"):
-        found = found[:1]
-    return found
-
-
-def _users_through_getitem(node) -> list:
-    users = []
-    for user in node.users:
-        users += list(user.users) if _is(user, "getitem") else [user]
-    return users
 
 
 # --- Lowered (or, where that cannot run, compiled) ----------------------------------------------
@@ -139,13 +109,13 @@ def x86_runs(item, converted) -> dict:
 
 
 def _reads_and_writes_u8(node) -> bool:
-    inputs = _tensor_inputs(node)
-    users = _users_through_getitem(node)
+    inputs = tensor_inputs(node)
+    users = users_through_getitem(node)
     return (
         bool(inputs)
-        and all(_is(a, "dequantize_per_tensor") for a in inputs)
+        and all(calls(a, "dequantize_per_tensor") for a in inputs)
         and bool(users)
-        and all(_is(u, "quantize_per_tensor") for u in users)
+        and all(calls(u, "quantize_per_tensor") for u in users)
     )
 
 
@@ -153,7 +123,11 @@ def _float_kernel(ran, mine=()) -> str:
     """``fp32: aten::bmm`` when the op is one of the float kernels the profiler names."""
     for node in mine:
         for kernel in ran.float:
-            if kernel.split("::")[1].lstrip("_").startswith(_name(node).lstrip("_")[:12]):
+            if (
+                kernel.split("::")[1]
+                .lstrip("_")
+                .startswith(base_name(node.target).lstrip("_")[:12])
+            ):
                 return f"fp32: {kernel}"
     return "loop fp32"
 

@@ -12,13 +12,7 @@ import logging
 
 import torch
 
-
-def _name(node) -> str:
-    """The op's name without namespace or overload (``max_pool2d_with_indices``)."""
-    target = node.target
-    if hasattr(target, "_overloadpacket"):
-        return target._overloadpacket.__name__
-    return getattr(target, "__name__", str(target)).split(".")[-1]
+from common.graph import base_name
 
 
 class _Why(logging.Handler):
@@ -99,14 +93,14 @@ def xnnpack_runs(item, converted, *, partitioner=None) -> dict:
         for n in lowered.graph.nodes
         if n.op == "call_function"
         and not n.name.startswith("executorch_call_delegate")
-        and _name(n) not in _NOT_THE_OP
+        and base_name(n.target) not in _NOT_THE_OP
     ]
     mine = [n for n in outside if item.holds(n)] or ([] if inside else outside)
     why = next((handler.reasons[n.name] for n in mine if n.name in handler.reasons), "")
     return {
         "delegated": not mine,
         "inside": sorted(set(inside)),
-        "portable": sorted({_name(n) for n in mine}),
+        "portable": sorted({base_name(n.target) for n in mine}),
         "why": why,
         "delegates": delegates,
     }

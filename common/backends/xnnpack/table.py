@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import torch
 from torch.fx import Node
 
+from common.graph import calls_overload, op_name
+
 __all__ = [
     "BATCH_NORM",
     "DQ",
@@ -32,15 +34,6 @@ GEMMS = {"convolution.default", "linear.default"}  # weight args[1], bias args[2
 # decomposed, their pieces would be partitioned differently.
 _KEPT_WHOLE_BY_XNNPACK = {"prelu.default"}
 BATCH_NORM = "_native_batch_norm_legit_no_training.default"
-
-
-def op_name(target) -> str:
-    """``aten.relu.default`` or ``<EdgeOpOverload: aten.relu.default>`` -> ``relu.default``."""
-    return ".".join(getattr(target, "__name__", str(target)).split(".")[-2:])
-
-
-def _is(node, name: str) -> bool:
-    return isinstance(node, Node) and node.op == "call_function" and op_name(node.target) == name
 
 
 # --- Constraints: each returns why XNNPACK cannot run the node, or None when it can ----------
@@ -130,7 +123,7 @@ def _conv(node: Node):
     if weight.meta["val"].dim() > 4:
         return "a 3-D convolution"
     transposed, groups = node.args[6], node.args[8]
-    if transposed and _is(weight, DQ_CHANNEL) and (groups > 1 or weight.args[3] != 1):
+    if transposed and calls_overload(weight, DQ_CHANNEL) and (groups > 1 or weight.args[3] != 1):
         return "a transposed conv with per-channel weights on an axis other than 1, or groups"
     return None
 
@@ -165,9 +158,9 @@ def _slice(node: Node):
     if step != 1:
         return f"a slice with step {step} (only 1)"
     source = node.args[0]
-    if _is(source, DQ) and len(node.users) == 1:
+    if calls_overload(source, DQ) and len(node.users) == 1:
         (user,) = node.users
-        if _is(user, Q) and tuple(source.args[1:6]) != tuple(user.args[1:6]):
+        if calls_overload(user, Q) and tuple(source.args[1:6]) != tuple(user.args[1:6]):
             return "an int8 slice whose output scale or zero point differs from its input's"
     for value in (source.meta["val"], node.meta["val"]):
         if not all(isinstance(d, int) and d != 0 for d in value.shape):
@@ -194,7 +187,7 @@ def _conv_absorbs(pad: Node) -> bool:
         and all(a >= 0 for a in amounts)
         and all(a == 0 for a in amounts[spatial:])
         and spatial in (2, 4)
-        and _is(pad.args[0], DQ)
+        and calls_overload(pad.args[0], DQ)
     )
 
 
@@ -212,7 +205,7 @@ def _batch_norm(node: Node):
     rank = node.args[0].meta["val"].dim()
     if rank not in (2, 3, 4):
         return f"a batch norm of a {rank}-D tensor (only 2-D, 3-D or 4-D)"
-    if any(not (_is(user, "getitem") and user.args[1] == 0) for user in node.users):
+    if any(not (calls_overload(user, "getitem") and user.args[1] == 0) for user in node.users):
         return "a batch norm whose mean or variance output is read"
     if not isinstance(node.args[0].meta["val"].shape[1], int):
         return "a batch norm over a dynamic number of channels"

@@ -16,8 +16,8 @@ API:
   ``table(only=)`` (``"float"``, ``"int8"`` or a kind), ``grouped(only=, with_layout=)``
   (one row per op, status and reason, with a count: the short table for big models).
 - ``side_by_side(*reports)``, ``spec_table(*reports)``: several quantizers on one graph.
-- ``X86_UNARY_FUSIONS``: the activations x86 fuses into the conv or linear before them;
-  ``MOVING_KINDS``: the kinds that move values without arithmetic.
+- ``MOVING_KINDS``: the kinds that move values without arithmetic. (The activations x86 fuses
+  into the conv or linear before them: ``common.backends.x86.rules.X86_UNARY_FUSIONS``.)
 
 Float reasons come from the installed quantizers' rules: ``X86InductorQuantizer``'s op sets,
 fusion patterns and propagation (torchao 0.18), ``XNNPACKQuantizer``'s patterns and
@@ -33,7 +33,6 @@ quantizers get a generic reason (which input is not quantized).
 import torch  # noqa: F401  (the doctests below use torch, nn and _text)
 from torch import nn  # noqa: F401
 
-from common.backends.x86 import rules as _x86_rules  # defines its tables before it imports ours
 from common.coverage import ops
 from common.coverage.classify import coverage
 from common.coverage.report import Coverage, OpCoverage, side_by_side, spec_table
@@ -43,7 +42,6 @@ __all__ = [
     "COMPUTE_OPS",
     "MOVING_KINDS",
     "OPS",
-    "X86_UNARY_FUSIONS",
     "Coverage",
     "OpCoverage",
     "coverage",
@@ -63,10 +61,6 @@ OPS = ops.OPS
 #: The kinds of ``OPS`` whose ops move values without arithmetic (``grouped(with_layout=False)``
 #: leaves them out).
 MOVING_KINDS = ops.MOVING_KINDS
-#: The activations x86 fuses into the conv or linear right before them, read from torchao
-#: 0.18's ``_annotate_conv2d_unary`` and ``_annotate_linear_unary`` (nn.ReLU6 exports as
-#: hardtanh); tests/backends/test_x86_rules.py checks them against the installed source.
-X86_UNARY_FUSIONS = _x86_rules.X86_UNARY_FUSIONS
 
 # Documented, and their doctests run, as common.coverage's: the API page and sphinx-gallery's
 # backreferences name them so, as before the package. (The doctests use torch, nn and _text.)

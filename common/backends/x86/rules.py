@@ -1,9 +1,26 @@
 """Why ``X86InductorQuantizer`` (torchao 0.18) leaves an op float: its fusion tables, its rules
 read from its source, and the words they say it with (en, zh_TW), for ``common.coverage``.
-
-The tables come first: ``common.coverage`` re-exports ``X86_UNARY_FUSIONS`` and this module
-imports ``common.coverage``'s reading of the graph, so they are defined before that import.
 """
+
+import torch
+from torch import nn
+
+from common.coverage import words
+from common.coverage.classify import (
+    Rules,
+    _annotated_empty,
+    _annotation,
+    _generic_reason,
+    _is_observer,
+    _module,
+    _op_name,
+    _unobserved,
+    _value_inputs,
+)
+from common.coverage.ops import _COMPUTE_KINDS, COMPUTE_OPS, OPS, aten
+from common.coverage.words import _Text
+
+__all__ = ["X86_UNARY_FUSIONS", "X86Rules"]
 
 #: The activations x86 fuses into the conv or linear right before them, read from torchao
 #: 0.18's ``_annotate_conv2d_unary`` and ``_annotate_linear_unary`` (nn.ReLU6 exports as
@@ -21,25 +38,6 @@ _PATTERN_MODULES = {
     "Hardswish", "SiLU",
 }  # fmt: skip
 
-import torch  # noqa: E402  (after the tables: see the module's docstring)
-from torch import nn  # noqa: E402
-
-from common.coverage import words  # noqa: E402
-from common.coverage.classify import (  # noqa: E402
-    Rules,
-    _annotated_empty,
-    _annotation,
-    _generic_reason,
-    _is_observer,
-    _module,
-    _op_name,
-    _unobserved,
-    _value_inputs,
-)
-from common.coverage.ops import _COMPUTE_KINDS, COMPUTE_OPS, OPS, aten  # noqa: E402
-from common.coverage.words import _Text  # noqa: E402
-
-__all__ = ["X86_UNARY_FUSIONS", "X86Rules"]
 
 _ADD_RULE = {
     "en": (

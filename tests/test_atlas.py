@@ -20,14 +20,8 @@ from common.pt2e import quiet
 
 quiet()
 
-from executorch.backends.xnnpack.partition.xnnpack_partitioner import (  # noqa: E402
-    XnnpackPartitioner,
-)
-from executorch.backends.xnnpack.utils.quant_utils import IS_IMPLICIT_Q_DQ_TAG  # noqa: E402
 from executorch.exir import to_edge_transform_and_lower  # noqa: E402
-from executorch.exir.backend.partitioner import Partitioner  # noqa: E402
-
-from common import edge  # noqa: E402
+from graphs import BothPartitioners, Partitioned  # noqa: E402
 
 pytestmark = [
     pytest.mark.filterwarnings(r"ignore:`isinstance\(treespec, LeafSpec\)`:FutureWarning"),
@@ -37,58 +31,13 @@ pytestmark = [
 NAMES = [item.name for item in atlas.ENTRIES]
 
 
-class _Partitioned(Exception):
-    """Stops to_edge_transform_and_lower once both partitioners have tagged the graph."""
-
-
-class BothPartitioners(Partitioner):
-    """Asks both partitioners which ops to keep whole, tags the edge graph with each in turn
-    from an untagged graph, keeps what each tagged (and each one's error), and stops."""
-
-    def __init__(self):
-        super().__init__()
-        self.xnnpack, self.course = XnnpackPartitioner(), edge.CoursePartitioner()
-        self.tagged, self.kept_whole, self.refused = {}, {}, None
-
-    def ops_to_not_decompose(self, program):
-        theirs, their_filter = self.xnnpack.ops_to_not_decompose(program)
-        nodes = [n for n in program.graph.nodes if n.op == "call_function"]
-        self.kept_whole["xnnpack"] = [
-            (n.name, n.target in theirs and their_filter(n)) for n in nodes
-        ]
-        try:
-            mine, my_filter = self.course.ops_to_not_decompose(program)
-            self.kept_whole["course"] = [(n.name, n.target in mine and my_filter(n)) for n in nodes]
-        except NotImplementedError as error:
-            self.refused = str(error)
-        return theirs, their_filter
-
-    def partition(self, program):
-        for name, partitioner in (("xnnpack", self.xnnpack), ("course", self.course)):
-            for node in program.graph.nodes:
-                node.meta.pop("delegation_tag", None)
-                node.meta.pop(IS_IMPLICIT_Q_DQ_TAG, None)
-            try:
-                partitioner.partition(program)
-            except NotImplementedError as error:
-                self.refused = self.refused or str(error)
-                continue
-            groups = {}
-            for node in program.graph.nodes:
-                if "delegation_tag" in node.meta:
-                    groups.setdefault(node.meta["delegation_tag"], set()).add(node.name)
-            folded = {n.name for n in program.graph.nodes if n.meta.get(IS_IMPLICIT_Q_DQ_TAG)}
-            self.tagged[name] = (sorted(sorted(g) for g in groups.values()), folded)
-        raise _Partitioned
-
-
 def both(name: str) -> BothPartitioners:
     item = atlas.entry(name)
     program = torch.export.export(atlas.quantize(item, "xnnpack"), atlas.example_args(item))
     partitioners = BothPartitioners()
     try:
         to_edge_transform_and_lower(program, partitioner=[partitioners])
-    except _Partitioned:  # both partitioned: compare
+    except Partitioned:  # both partitioned: compare
         pass
     except NotImplementedError as error:  # raised by CoursePartitioner's filter, mid-lowering
         partitioners.refused = partitioners.refused or str(error)

@@ -11,6 +11,7 @@ import ast
 import hashlib
 import inspect
 import json
+import re
 import sys
 import types
 from functools import cache
@@ -207,10 +208,15 @@ def _names(code: types.CodeType) -> set:
 # ----------------------------------------------------------- the code a file may run
 
 
+#: A module of ``common`` named in a string (a module imported by name, ``importlib``).
+_MODULE_NAME = re.compile(r"common(\.[a-z_][a-z0-9_]*)+")
+
+
 def _imported_modules(code: str, package: str = "") -> set[str]:
     """The dotted names ``code`` imports, anywhere (inside functions too), and those of the
     code it holds in string constants that parse as Python (a step a lesson hands to a fresh
-    interpreter, ``common.cpu.run_under_isa``). ``package``: the package ``code`` belongs to,
+    interpreter, ``common.cpu.run_under_isa``) or that name a module of ``common`` (imported
+    with ``importlib``). ``package``: the package ``code`` belongs to,
     for its relative imports (``from .rules import X`` in ``common.backends.xnnpack``)."""
     try:
         tree = ast.parse(code)
@@ -228,7 +234,9 @@ def _imported_modules(code: str, package: str = "") -> set[str]:
             found.add(base)
             found |= {f"{base}.{alias.name}" for alias in node.names}
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            if "import" in node.value and "\n" in node.value:
+            if _MODULE_NAME.fullmatch(node.value):  # importlib.import_module("common.x.rules")
+                found.add(node.value)
+            elif "import" in node.value and "\n" in node.value:
                 found |= _imported_modules(node.value, package)
     return found
 

@@ -38,3 +38,27 @@ def test_a_modules_digest_is_the_same_in_a_new_process():
         for _ in range(2)
     ]
     assert keys[0] == keys[1] and len(keys[0]) == 2
+
+
+def test_import_closure_follows_packages_names_and_subprocess_code(tmp_path):
+    """What a lesson may run of ``common``: a package's ``__init__`` and its relative imports,
+    a module imported by name (``importlib``), code handed to a subprocess as a string; a name
+    that is no module of ``common`` is not a file."""
+    common = tmp_path / "common"
+    (common / "pkg").mkdir(parents=True)
+    (common / "__init__.py").write_text("")
+    (common / "pkg" / "__init__.py").write_text("from .inner import X\n")
+    (common / "pkg" / "inner.py").write_text("X = 1\n")
+    (common / "named.py").write_text("")
+    (common / "sub.py").write_text("")
+    (common / "unused.py").write_text("")
+    lesson = tmp_path / "lesson.py"
+    lesson.write_text(
+        "import importlib\nimport common.pkg\nfrom common import SUPPORTED_VERSIONS\n"
+        'importlib.import_module("common.named")\n'
+        'STEP = "from common import sub\\nresult = 1\\n"\n'
+    )
+    found = [p.relative_to(common).as_posix() for p in digest.import_closure(lesson, tmp_path)]
+    assert found == ["__init__.py", "named.py", "pkg/__init__.py", "pkg/inner.py", "sub.py"]
+    skipped = digest.import_closure(lesson, tmp_path, skip=[common / "pkg" / "__init__.py"])
+    assert "pkg/inner.py" not in {p.relative_to(common).as_posix() for p in skipped}

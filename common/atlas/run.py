@@ -222,11 +222,9 @@ def _key_files() -> list[Path]:
 
     here = Path(__file__).resolve()
     common = here.parents[1]
-    # The rows, and the build's bookkeeping (its lesson, cache and turns), make no result.
-    skip = [
-        here.with_name("entries.py"),
-        *(common / f"{m}.py" for m in ("lesson", "cache", "turns")),
-    ]
+    # The rows, and the build's bookkeeping (its lesson, cache, keys and turns), make no result.
+    bookkeeping = ("lesson", "cache", "digest", "turns")
+    skip = [here.with_name("entries.py"), *(common / f"{m}.py" for m in bookkeeping)]
     return [here, *import_closure(here, skip=skip)]
 
 

@@ -12,7 +12,6 @@ from site_facts import LANGUAGES
 __all__ = [
     "ALL_LESSONS",
     "EXAMPLES",
-    "INSTALLED_LESSONS",
     "NOTEBOOK_LESSON",
     "ROOT",
     "RUNNER",
@@ -47,13 +46,6 @@ ALL_LESSONS = sorted({(lang, path) for lang in LANGUAGES for path in lessons(lan
 # other lesson as a script (test_lessons.py).
 NOTEBOOK_LESSON = Path("quickstart/quickstart.py")
 VIRTUALENV_LESSON = Path("m00_graphs/m00_1_getting_a_graph.py")
-#: The lessons that keep expensive results in the course's cache (M03-4: AOTInductor packages
-#: and trained weights; M06-3: its .pte and ETRecord): a pip-installed reader runs them
-#: (tests/test_front_door.py), with their solutions, instead of the checkout's reader run.
-INSTALLED_LESSONS = (
-    Path("m03_lowering/m03_4_shipping.py"),
-    Path("m06_executorch/m06_3_pte_inside_out.py"),
-)
 
 
 def exercise_solutions(path: Path) -> list[str]:

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from common import data, lesson
+from common import cache, data
 from common.data import (
     SPLITS,
     accuracy,
@@ -63,7 +63,7 @@ def test_two_trainings_give_identical_weights_and_restore_the_callers_settings()
 
 
 def test_the_cache_returns_the_trained_weights(tmp_path, monkeypatch):
-    monkeypatch.setattr(lesson, "cache_folder", lambda: tmp_path)
+    monkeypatch.setattr(cache, "cache_folder", lambda: tmp_path)
     trained = train_digits_cnn(seed=5, epochs=1)
     (stored,) = tmp_path.glob("weights/digits_cnn-*-s5-e1.pt")
     assert not list(tmp_path.glob("weights/.*")), "no temporary file is left behind"
@@ -77,7 +77,7 @@ def test_the_cache_returns_the_trained_weights(tmp_path, monkeypatch):
 def test_the_cache_is_keyed_by_the_kernel_path(tmp_path, monkeypatch):
     from dataclasses import replace
 
-    monkeypatch.setattr(lesson, "cache_folder", lambda: tmp_path)
+    monkeypatch.setattr(cache, "cache_folder", lambda: tmp_path)
     native = data.describe()
     train_digits_cnn(seed=5, epochs=1)
     other = replace(native, aten=f"not-{native.aten}")
@@ -116,7 +116,7 @@ def test_two_vit_trainings_give_identical_weights(attention):
 def test_the_vit_cache_is_keyed_by_style_and_kernel_path(tmp_path, monkeypatch):
     from common.cpu import describe
 
-    monkeypatch.setattr(lesson, "cache_folder", lambda: tmp_path)
+    monkeypatch.setattr(cache, "cache_folder", lambda: tmp_path)
     trained = train_digits_vit(attention="mha", seed=5, epochs=1)
     (stored,) = tmp_path.glob("weights/digits_vit_mha-*-s5-e1.pt")
     assert describe().kernel_path in stored.name

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from common import lesson, timing
+from common import digest, lesson, timing
 from common.cpu import describe
 from common.kernels import KernelsRun
 from common.timing import Timing, compare_speed, race, timing_key, timing_threads
@@ -204,7 +204,7 @@ def test_timing_key_follows_the_stack_and_the_helpers_code(monkeypatch):
     x = (torch.randn(2, 8),)
     key = timing_key({"m": scaled()}, x)
     versions = (("torch", "2.13.0"), ("torchao", "0.18.0"), ("executorch", "9.9.9"))
-    monkeypatch.setattr(lesson, "stack_versions", lambda: versions)
+    monkeypatch.setattr(digest, "stack_versions", lambda: versions)
     assert timing_key({"m": scaled()}, x) != key, "another ExecuTorch"
     monkeypatch.undo()
     monkeypatch.setattr(timing, "_SOURCE", Path(lesson.__file__))

@@ -241,6 +241,13 @@ def _imported_modules(code: str, package: str = "") -> set[str]:
     return found
 
 
+@cache
+def _file_imports(path: Path, mtime_ns: int, package: str) -> frozenset:
+    """``_imported_modules`` of a file, read once per version of it (a build asks for the
+    closure of every lesson, and they share most files)."""
+    return frozenset(_imported_modules(path.read_text("utf-8"), package))
+
+
 def _module_files(name: str, root: Path) -> list[Path]:
     """The files importing ``name`` (``common.backends.xnnpack.rules``) runs: each package's
     ``__init__.py`` on the way down, then the module; [] for a name that is not a module of
@@ -287,7 +294,7 @@ def import_closure(path: Path, root: Path = _ROOT, *, skip=()) -> list[Path]:
     todo = [(path, _package_of(path, root) if path.is_relative_to(common) else "")]
     while todo:
         file, package = todo.pop()
-        for name in _imported_modules(file.read_text("utf-8"), package):
+        for name in _file_imports(file, file.stat().st_mtime_ns, package):
             if name.split(".")[0] != "common":
                 continue
             for module in _module_files(name, root):

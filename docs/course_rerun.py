@@ -11,6 +11,8 @@ import json
 import shutil
 from pathlib import Path
 
+from sphinx.errors import ConfigError
+
 from course_conf import DOCS, ROOT, module_folders, selected_lessons
 from course_sources import (
     MEASURED_ONCE,
@@ -77,6 +79,13 @@ def _rerun_when_inputs_changed(app) -> None:
     everything = not results.is_dir()
     results.mkdir(parents=True, exist_ok=True)
     scripts = [s for folder in module_folders(lang) for s in module_scripts(lang, folder)]
+    unknown = [n for n in selected if not any(s.stem.startswith(n) for s in scripts)]
+    if unknown:
+        names = ", ".join(s.stem for s in scripts)
+        raise ConfigError(
+            f"--lesson / PT2E_COURSE_LESSON names no lesson: {', '.join(unknown)}; give the start "
+            f"of a lesson's file name (m07_4), one of: {names}"
+        )
     if not selected:
         forget_old_timings({measured_key(script) for script in scripts})
     for script in scripts:

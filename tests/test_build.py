@@ -130,6 +130,14 @@ def test_a_lesson_runs_again_only_when_its_script_or_a_common_module_it_imports_
     assert "en: m99_1_uses runs again: common/expect.py" in everything, everything
     assert "m99_2_plain" not in everything, "its inputs did not change"
 
+    command = [sys.executable, "-m", "sphinx", *SPHINX_OPTIONS, "docs/en", "build/html/en"]
+    unknown = subprocess.run(
+        command, cwd=site, capture_output=True, text=True, env={**env, "PT2E_COURSE_LESSON": "m42"}
+    )
+    assert unknown.returncode != 0, "a lesson that does not exist fails the build"
+    assert "names no lesson: m42" in unknown.stdout + unknown.stderr
+    assert "m99_1_uses, m99_2_plain" in unknown.stdout + unknown.stderr, "and lists the lessons"
+
 
 def test_the_build_writes_only_generated_ignored_folders(tmp_path):
     lesson = textwrap.dedent('''\

@@ -39,8 +39,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import torch
 
-from common.charts import pad, use_course_style
 from common.cache import cached_path
+from common.charts import pad, use_course_style
 from common.digest import digest
 from common.models import example_inputs, get_model, input_shape
 from common.numerics import sqnr

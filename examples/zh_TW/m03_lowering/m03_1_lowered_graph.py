@@ -219,7 +219,7 @@ print(f"int8 路徑 {cpu.onednn}：conv 輸出最多差 {steps} 格，")
 print(f"發生在 {share:.1%} 的數值上；輸出的 SQNR 為 {output_sqnr:.1f} dB")
 
 # %%
-# 兩者差多少，取決於 CPU 的 int8 指令。**有 VNNI**（或 AMX）時，oneDNN 把四個 uint8 × int8
+# 兩者差多少，取決於 CPU 的 int8 指令。 **有 VNNI** （或 AMX）時，oneDNN 把四個 uint8 × int8
 # 乘積直接加進 int32：加總是精確的，只有剛好落在半格上的捨入可能不同——最多差 1 格。
 # **沒有 VNNI** 時（AVX2，以及沒有 VNNI 的 AVX-512，例如 Skylake-SP），它用 ``vpmaddubsw`` ，
 # 把「兩個」乘積相加成 **16 位元** 整數，只要一對乘積超過 32767 就會飽和（255 × 127 × 2 =

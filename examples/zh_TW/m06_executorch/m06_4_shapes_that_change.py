@@ -3,7 +3,7 @@ M06-4 會變的形狀：有上限的動態批次
 ==================================
 
 手機上的關鍵字偵測一次聽一段語音，使用者說得快時一次四段；伺服器則把剛好到達的請求湊成
-一批。這一課把一個 int8 模型以**有上限**的批次 ``Dim("batch", min=1, max=4)`` 匯出，跟著這個
+一批。這一課把一個 int8 模型以 **有上限** 的批次 ``Dim("batch", min=1, max=4)`` 匯出，跟著這個
 上限走到三個目標：``torch.compile`` 、AOTInductor 封裝檔，以及在 ExecuTorch 執行環境上的
 ``.pte`` 。每個目標都以 int8 kernel 執行批次 1 與批次 4，並在它執行的地方證明；而對批次 5，
 三者的反應各不相同。
@@ -240,7 +240,7 @@ for size in (1, 3):
 assert kernels_ran(static_runner, (clips(MAX_BATCH),)) == int8_kernels, "同樣的 int8 kernel"
 
 # %%
-# 超過上限時，動態封裝檔預設**不會**拒絕：批次 5 照樣執行。只有在執行它的行程環境裡設定
+# 超過上限時，動態封裝檔預設 **不會** 拒絕：批次 5 照樣執行。只有在執行它的行程環境裡設定
 # ``AOTI_RUNTIME_CHECK_INPUTS=1`` ，封裝檔才會以它的形狀檢查輸入，就像這個子行程：
 
 assert runner(clips(MAX_BATCH + 1)).shape == (MAX_BATCH + 1, KEYWORDS), "批次 5 照樣執行，沒有檢查"

@@ -239,7 +239,7 @@ assert all(torch.equal(restored[k], v) for k, v in checkpoint.items()), "每個 
 # ``_native_batch_norm_legit``，它在 QAT 期間的數值比 CUDA 的 op 差，而一連串的 conv ＋
 # BatchNorm 會把差異放大（`pytorch/pytorch#111384
 # <https://github.com/pytorch/pytorch/issues/111384>`_）。在本站的套件版本上，graph 裡是
-# ``aten.batch_norm``（下面第一行）。其次是統計值從哪裡來：訓練時，每個 BatchNorm 用手上這個
+# ``aten.batch_norm`` （下面第一行）。其次是統計值從哪裡來：訓練時，每個 BatchNorm 用手上這個
 # batch 的統計值正規化，而 ``convert_pt2e`` 折疊進 conv 的是 running 平均值。一路用 batch
 # 統計值訓練到最後的模型，convert 之後面對的是另一組數字：下面訓練 20 步之後，同一個 batch
 # 分別送進訓練用的 graph 與 convert 後的模型。

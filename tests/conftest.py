@@ -46,6 +46,21 @@ def pytest_configure(config):
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(ROOT / "build" / "inductor_cache"))
 
 
+def pytest_terminal_summary(terminalreporter):
+    """Say how many reader runs ran and how many passed before with the same inputs
+    (test_lessons.py): a kept one is not a run of this session."""
+    found = {"ran": 0, "kept": 0}
+    for report in terminalreporter.stats.get("passed", []):
+        for name, value in report.user_properties:
+            if name == "reader_run":
+                found[value] += 1
+    if found["kept"]:
+        terminalreporter.write_line(
+            f"reader runs: {found['ran']} ran, {found['kept']} kept from a passing run with the "
+            "same inputs (build/cache/reader-runs; PT2E_COURSE_RERUN_READERS=1 runs them all)"
+        )
+
+
 @pytest.fixture(scope="session", autouse=True)
 def one_torch_thread_per_worker():
     if torch_threads():

@@ -13,12 +13,16 @@ __all__ = [
     "ALL_LESSONS",
     "EXAMPLES",
     "NOTEBOOK_LESSON",
+    "PASSED_READER_RUNS",
     "ROOT",
     "RUNNER",
     "VIRTUALENV_LESSON",
     "assert_drew_the_sites_pictures",
     "exercise_solutions",
     "lessons",
+    "passed_before",
+    "reader_run_key",
+    "remember_pass",
     "run_as_a_reader",
     "torch_threads",
 ]
@@ -26,6 +30,9 @@ __all__ = [
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 RUNNER = Path(__file__).with_name("run_lesson.py")  # what run_as_a_reader starts
+#: One empty file per reader run that passed, named by ``reader_run_key``: a run with the same
+#: inputs is not run again (Bazel keeps test results so). A fresh clone, CI's, runs them all.
+PASSED_READER_RUNS = ROOT / "build" / "cache" / "reader-runs"
 
 
 def lessons(lang: str) -> list[Path]:
@@ -118,6 +125,33 @@ def run_as_a_reader(
     assert result.stderr == "", f"{where} wrote to stderr:\n{result.stderr[-3000:]}"
     assert list(folder.glob("graph_*.svg")), f"{where} drew no picture"
     return result
+
+
+def passed_before(key: str) -> bool:
+    """Whether a run with the inputs ``key`` names passed before (``remember_pass``);
+    never when ``PT2E_COURSE_RERUN_READERS`` is set."""
+    return (PASSED_READER_RUNS / key).exists() and not os.environ.get("PT2E_COURSE_RERUN_READERS")
+
+
+def remember_pass(key: str) -> None:
+    PASSED_READER_RUNS.mkdir(parents=True, exist_ok=True)
+    (PASSED_READER_RUNS / key).touch()
+
+
+def reader_run_key(lang: str, relative: Path, cap: str | None) -> str:
+    """What a lesson's reader run (``run_as_a_reader`` then ``assert_drew_the_sites_pictures``)
+    depends on, as a digest: the script (its solutions are in it), the ``common`` files its
+    imports reach (the closure the site's re-runs use), the pins (pyproject.toml), the stack,
+    this CPU and the ISA cap, the runner, and the page's pictures it is compared with."""
+    from common.cpu import describe
+
+    from course_sources import common_closure, inputs_digest
+
+    script = EXAMPLES / lang / relative
+    pictures = ROOT / "docs" / lang / "lessons" / relative.parent / "images"
+    compared = sorted(pictures.glob(f"sphx_glr_{relative.stem}_[0-9][0-9][0-9].svg"))
+    inputs = [script, *common_closure(script), RUNNER, Path(__file__), ROOT / "pyproject.toml"]
+    return inputs_digest([*inputs, *compared], f"cap {cap}", repr(describe()))
 
 
 def assert_drew_the_sites_pictures(folder: Path, lang: str, relative: Path) -> None:

@@ -18,6 +18,9 @@ from lesson_scripts import (
     assert_drew_the_sites_pictures,
     exercise_solutions,
     lessons,
+    passed_before,
+    reader_run_key,
+    remember_pass,
     run_as_a_reader,
 )
 
@@ -110,12 +113,44 @@ def test_every_cpu_dependent_lesson_exists():
     ],
     ids=str,
 )
-def test_lesson_runs_as_a_reader_runs_it_with_its_solutions(relative, tmp_path, site):
+def test_lesson_runs_as_a_reader_runs_it_with_its_solutions(
+    relative, tmp_path, site, record_property
+):
     cap = kernel_cap(relative)
+    key = reader_run_key(READER_LANGUAGE, relative, cap)
+    if passed_before(key):
+        record_property("reader_run", "kept")  # conftest.py counts them in the summary
+        return
     script = EXAMPLES / READER_LANGUAGE / relative
     run_as_a_reader(sys.executable, script, tmp_path, env=dict(os.environ), cap=cap)
     if not cap:  # float kernels round differently under a cap: other qparams in the tooltips
         assert_drew_the_sites_pictures(tmp_path, READER_LANGUAGE, relative)
+    remember_pass(key)
+    record_property("reader_run", "ran")
+
+
+def test_a_reader_runs_key_changes_with_what_the_run_depends_on(monkeypatch):
+    """An edit of the lesson, of a common module it imports, or another cap runs it again;
+    an edit of a module outside its imports does not."""
+    import course_sources
+
+    relative = Path("m00_graphs/m00_2_node_anatomy.py")
+    key = reader_run_key("en", relative, None)
+    assert reader_run_key("en", relative, "AVX2") != key
+    closure = course_sources.common_closure(EXAMPLES / "en" / relative)
+    outside = EXAMPLES.parent / "common" / "atlas" / "entries.py"
+    assert closure and outside not in closure
+    real_read = Path.read_bytes
+
+    def edited(target):
+        return lambda self: real_read(self) + (b"#" if self == target else b"")
+
+    monkeypatch.setattr(Path, "read_bytes", edited(EXAMPLES / "en" / relative))
+    assert reader_run_key("en", relative, None) != key
+    monkeypatch.setattr(Path, "read_bytes", edited(closure[-1]))
+    assert reader_run_key("en", relative, None) != key
+    monkeypatch.setattr(Path, "read_bytes", edited(outside))
+    assert reader_run_key("en", relative, None) == key
 
 
 def glossary(lang: str) -> list[tuple[list[str], str]]:

@@ -32,7 +32,8 @@ TEXT = {
         "results_head": ("量測項目", "本次建置", "出處"),
         "result_compiled": "int8 比 fp32 快幾倍：兩者都以 ``torch.compile`` 加 freezing 編譯，"
         "本 CPU 的 int8 路徑（{path}）",
-        "result_eager": "int8 比 fp32 快幾倍：eager 模式（下放後的 int8 運算），各 int8 路徑",
+        "result_eager": "int8 比 fp32 快幾倍：eager 模式（下放後的 int8 運算），各 int8 路徑"
+        "各在五個行程量測、輪流進行（本 CPU 的路徑量兩次：同一條路徑不會和自己分出高下）",
         "result_size": "int8 程式存檔大小 ÷ fp32",
         "result_accuracy": "手寫數字測試集準確度（{images} 張）：fp32／int8（x86 預設設定）",
         "accuracy_close": "（{images} 張中相差不超過一張）",
@@ -40,18 +41,20 @@ TEXT = {
         "result_qat": "per-tensor weight、有離群通道的模型：fp32／PTQ／QAT",
         "result_qat_real": "真實架構 MobileNetV2（XNNPACK、per-tensor weight、有離群通道）："
         "fp32／PTQ／QAT",
-        "result_bit_exact": "親手寫的 prepare ＋ convert 和 torchao 逐位元相同",
+        "result_bit_exact": "親手寫的 prepare + convert 和 torchao 逐位元相同",
         "result_cases": "{n} 個案例（模型庫的模型 × 2 個 quantizer）",
-        "speedup": "{ratio:.2f}×（95 % 區間 {low:.2f}–{high:.2f}×，負載 {load:.2f}）",
+        "speedup": "{ratio:.2f}×（95% 區間 {low:.2f}–{high:.2f}×，負載 {load:.2f}）",
+        "speedup_runs": "{ratio:.2f}×（五次執行介於 {low:.2f}–{high:.2f}×，負載最高 {load:.2f}）",
         "within_noise": "；{pairs}：區間重疊，不分高下",
         "results_note": (
             "量測環境：{cpu}。時間是 {threads} 個執行緒、交錯多輪的中位數（單一執行緒時計的是"
-            "每次呼叫的 CPU 時間，多個執行緒時計的是實際經過的時間），量測時另一種語言的建置"
-            "暫停等候，只印出、從不 "
-            "``assert``，並且會隨機器負載變動；每個時間只量一次，兩種語言顯示同樣的數字；區間"
-            "是加速倍數的 95 % 信賴區間（由 100 輪的順序統計量得出中位數的區間，兩個中位數都取"
-            "最壞的一端），說的是中位數有多準，不是單次呼叫的離散；負載是一分鐘的平均負載；"
-            "{native} "
+            "每次呼叫的 CPU 時間，多個執行緒時計的是實際經過的時間）。量測時，另一種語言的建置"
+            "會暫停等候。這些時間只印出、從不 ``assert``，並且會隨機器負載變動；每個時間只量"
+            "一次，兩種語言顯示同樣的數字。編譯後的區間只涵蓋一次執行：加速倍數的 95% 信賴區間"
+            "（由 100 輪的順序統計量得出中位數的區間，兩個中位數都取最壞的一端，並假設各輪獨立），"
+            "同一個模型換一個行程再量，水準可能移動得比它還多。eager 各路徑的範圍是五次執行"
+            "（五個行程，各路徑輪流）的最小值到最大值；一條路徑的每次執行都勝過另一條時，兩者"
+            "才分高下。負載是一分鐘的平均負載；{native} "
             "以外的路徑是在同一顆 CPU 上用 ``ONEDNN_MAX_CPU_ISA`` 限制出來的，不是真正較舊的"
             "晶片。"
         ),
@@ -89,7 +92,9 @@ TEXT = {
         "results_head": ("What", "This build", "Lesson"),
         "result_compiled": "int8 speed-up over fp32, both compiled with ``torch.compile`` and "
         "freezing, on this CPU's int8 path ({path})",
-        "result_eager": "int8 speed-up over fp32, eager (lowered int8 ops), on each int8 path",
+        "result_eager": "int8 speed-up over fp32, eager (lowered int8 ops), on each int8 path, "
+        "five processes each, taking turns (this CPU's path twice: a path is not ranked against "
+        "itself)",
         "result_size": "Size of the saved int8 program ÷ fp32",
         "result_accuracy": "Digits test accuracy ({images} images): fp32 / int8 (x86 defaults)",
         "accuracy_close": " (within one image of {images})",
@@ -100,16 +105,21 @@ TEXT = {
         "result_bit_exact": "Handmade prepare + convert, bit-exact with torchao",
         "result_cases": "{n} cases (the zoo's models × 2 quantizers)",
         "speedup": "{ratio:.2f}× (95 % interval {low:.2f}–{high:.2f}×, load {load:.2f})",
+        "speedup_runs": "{ratio:.2f}× (five runs within {low:.2f}–{high:.2f}×, "
+        "load up to {load:.2f})",
         "within_noise": "; {pairs}: intervals overlap, not ranked",
         "results_note": (
             "Measured on {cpu}. Times are medians of interleaved rounds on {threads} thread(s) "
             "(each call's CPU time on one thread, its wall time on more), taken while the other "
             "language's build waits, printed and never asserted, and they move with the machine's "
             "load; each is measured "
-            "once and both languages show it; an interval is the speed-up's 95 % confidence "
-            "interval (each median's from the order statistics of 100 rounds, both taken at "
-            "their worst): how well the median is known, not how much one call varies; "
-            "the load is the one-minute load average; the paths other "
+            "once and both languages show it. The compiled speed-up's interval covers one run: "
+            "its 95 % confidence interval (each median's from the order statistics of 100 "
+            "rounds, both taken at their worst, for independent rounds); the same model timed in "
+            "another process may move by more. The eager paths' ranges are the lowest and "
+            "highest of five runs (five processes, the paths taking turns); two paths are ranked "
+            "only when every run of one beats every run of the other. "
+            "The load is the one-minute load average; the paths other "
             "than {native} are capped with ``ONEDNN_MAX_CPU_ISA`` on the same CPU, not a real "
             "older chip."
         ),

@@ -3,8 +3,9 @@ figures as this build's lessons measured them, each linked to its lesson.
 
 The figure-name contract lives here (CourseResults.SOURCES: which lesson publishes which
 figure, through common.results.publish); a figure missing stops the build with its lesson's
-name. speedup and ties_within_noise say how a speed-up is shown: with its 95 % interval and
-load, and not ranked against another whose interval overlaps it.
+name. speedup, speedup_of_runs and ties_within_noise say how a speed-up is shown: with its
+interval (one run's 95 % interval, or the range of several runs) and load, and not ranked
+against another whose interval overlaps it.
 """
 
 import json
@@ -21,6 +22,13 @@ def speedup(ratio: float, interval: list, load: float, text: dict) -> str:
     return text["speedup"].format(ratio=ratio, low=low, high=high, load=load)
 
 
+def speedup_of_runs(ratio: float, interval: list, load: float, text: dict) -> str:
+    """A speed-up measured in several processes: the median of their speed-ups, the lowest and
+    highest, and the highest load any of them ran at."""
+    low, high = interval
+    return text["speedup_runs"].format(ratio=ratio, low=low, high=high, load=load)
+
+
 def accuracy_gap(accuracy: dict, text: dict) -> str:
     """How many test images apart fp32 and int8 are: 98.6 % / 98.8 % on 500 images is one image,
     not a gain from quantizing."""
@@ -32,11 +40,12 @@ def accuracy_gap(accuracy: dict, text: dict) -> str:
 
 
 def ties_within_noise(figures: dict) -> list[tuple[str, str]]:
-    """Pairs of speed-ups too close to rank: their 95 % intervals overlap.
+    """Pairs of speed-ups too close to rank: their intervals overlap.
 
-    Each interval is the range of the ratio of medians that the two medians' confidence
-    intervals allow (common.timing.ratio_interval); a call's spread would say how much one
-    call varies, not how well a median is known.
+    Each interval is the lowest and highest speed-up of a path's runs, each run a process of
+    its own, the paths taking turns (M03-3, step 5): two paths whose runs do not all lie on
+    one side are a tie (common.timing.ranked_apart). A run's own interval would say how well
+    that run's median is known, not where the next process lands.
 
     >>> ties_within_noise({"A": (2.0, [1.9, 2.1], 1.0), "B": (2.05, [2.0, 2.1], 1.0)})
     [('A', 'B')]
@@ -104,7 +113,7 @@ class CourseResults(GeneratedContent):
             path: (ratio, speed["eager_intervals"][path], speed["eager_loads"][path])
             for path, ratio in sorted(speed["int8_speedup_eager"].items(), key=lambda p: -p[1])
         }
-        paths = " · ".join(f"{path} {speedup(*figure, text)}" for path, figure in eager.items())
+        paths = " · ".join(f"{path} {speedup_of_runs(*f, text)}" for path, f in eager.items())
         ties = [f"{a} ≈ {b}" for a, b in ties_within_noise(eager)]
         if ties:
             paths += text["within_noise"].format(pairs=", ".join(ties))

@@ -11,7 +11,9 @@ API:
   compiles (dynamo's counters move) is not read: it is called again, and ``warmed_up`` says
   so; when that call compiles too, ``RuntimeError``. oneDNN's own log of the same call gives
   each int8 kernel's post-ops (``post_ops``).
-- ``KernelsRun.int8`` / ``.float``: Counters of profiler names (``onednn::qlinear_pointwise``);
+- ``KernelsRun.int8`` / ``.float``: Counters of profiler names (``onednn::qlinear_pointwise``;
+  eager torch.ao's ``quantized::linear`` and ``quantized::conv2d``, fbgemm's or oneDNN's, are
+  int8 too);
   ``.post_ops``: ``{name: Counter({"add": 1, "gelu": 1})}``, the fused post-ops of that
   kernel's calls as oneDNN named them at run time (``binary_add`` and ``sum``, its
   accumulate into the output, -> ``add``; ``eltwise_gelu_erf`` -> ``gelu``), None when
@@ -70,12 +72,24 @@ FLOAT_KERNELS = frozenset(
 )
 
 
+#: Eager torch.ao's int8 convs and linears (a model from ``torch.ao.quantization.convert`` or
+#: ``quantize_dynamic``), run by fbgemm or oneDNN, as the profiler names them: ``quantized::
+#: linear``, ``quantized::conv2d``, their fused ``_relu``/``_add`` forms and ``_dynamic``
+#: ones; not their prepacking, their parameter getters (``conv2d_stride``) or the fp16 linears.
+_LEGACY_INT8 = re.compile(
+    r"quantized::(?:(?:conv(?:_transpose)?[123]d|linear)"
+    r"(?:_relu|_add|_add_relu|_leaky_relu|_tanh)?(?:_dynamic)?"
+    r"|linear_with_input_q_dq_qweight_dq(?:_relu)?_output_fp32)"
+)
+
+
 def _is_int8(name: str) -> bool:
     """oneDNN's int8 compute ops (``onednn::qconv_pointwise``, ``onednn::qlinear_pointwise``,
-    their ``binary``/``tensor`` forms), not the prepacking that runs at compile time; and
-    ATen's int8 GEMM ``aten::_int_mm``, which torchao's ``quantize_`` models call."""
+    their ``binary``/``tensor`` forms), not the prepacking that runs at compile time; ATen's
+    int8 GEMM ``aten::_int_mm``, which torchao's ``quantize_`` models call; and eager
+    torch.ao's ``quantized::linear``, ``quantized::conv2d`` and kin (``_LEGACY_INT8``)."""
     onednn_int8 = name.startswith("onednn::q") and not name.endswith("prepack")
-    return onednn_int8 or name == "aten::_int_mm"
+    return onednn_int8 or name == "aten::_int_mm" or bool(_LEGACY_INT8.fullmatch(name))
 
 
 @dataclass(frozen=True)
@@ -83,7 +97,8 @@ class KernelsRun:
     """The compute kernels of one call, by profiler name, with counts.
 
     Attributes:
-        int8: oneDNN's int8 convs and linears, and ``aten::_int_mm``.
+        int8: oneDNN's int8 convs and linears, ``aten::_int_mm``, and eager torch.ao's
+            ``quantized::linear``/``quantized::conv2d`` (fbgemm or oneDNN).
         float: float convs and matmuls (``FLOAT_KERNELS``).
         post_ops: for each oneDNN int8 kernel, the post-ops oneDNN ran fused into its calls,
             counted (``{"onednn::qlinear_pointwise": Counter({"add": 1})}``; a call with no

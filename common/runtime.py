@@ -1,11 +1,13 @@
 """What a ``.pte`` does when it runs: the operators it ran, and whether its methods load.
 
 ``operators_run(pte, inputs)`` runs the program once on the ExecuTorch runtime with an ETDump
-and returns the XNNPACK operators it ran, by XNNPACK's names, which say their int8 or float
-data types, and the portable kernels outside the delegates (M06-4). ``load_check(program)``
-loads each method in a child process, where XNNPACK compiles its delegates, and names the
-delegated node XNNPACK refuses, if any (m99_5). Both take what ``common.edge.to_executorch``
-returns (``operators_run`` its ``.buffer``).
+and returns the XNNPACK operators it ran, by XNNPACK's names, and the portable kernels outside
+the delegates (M06-4). The names say int8 or float for convs, GEMMs and data moves; the
+elementwise operators (``HardSwish (NC)``, ``Add (ND)``) and the conversions name no data type:
+they are listed apart, never dropped. ``load_check(program)`` loads each method in a child
+process, where XNNPACK compiles its delegates, and names the delegated node XNNPACK refuses, if
+any (m99_5). Both take what ``common.edge.to_executorch`` returns (``operators_run`` its
+``.buffer``).
 """
 
 import contextlib
@@ -36,11 +38,23 @@ __all__ = [
 
 # --- Proof on the runtime: the operators XNNPACK ran, from an ETDump --------------------------
 
-# XNNPACK names each operator with its layout and data types: "Convolution (NHWC, QC8) IGEMM",
-# "Fully Connected (NC, QD8, F32, QC8W) GEMM". Q..8 are int8 types (QS8 static, QD8 dynamic,
-# QC8/QC8W per-channel weights, QU8 unsigned), X8 moves int8 bytes; F32/F16 are float.
-_INT8_TYPE = re.compile(r"^(Q[A-Z]*8[A-Z]*|X8)$")
-_FLOAT_TYPE = re.compile(r"^(F16|F32|BF16|X16|X32)$")
+# An XNNPACK profiling event in the ETDump holds the operator's name with " #N" (its count),
+# a debug handle of -1 and two times: nothing else. The name is XNNPACK's
+# (``xnn_operator_type_to_string_v2``), "Convolution (NHWC, QC8) IGEMM", "Fully Connected (NC,
+# QD8, F32, QC8W) GEMM": the data types sit after the layout. Q..8 are int8 types (QS8 static,
+# QD8/QDU8 dynamic, QC8/QC8W per-channel weights, QU8 unsigned, QP8/PQS8 packed), S8/U8 signed
+# and unsigned int8, X8 moves int8 bytes; F32/F16/BF16 (PF32/PF16 packed) are float, X32/X16
+# move 32- and 16-bit values (float, in these programs). The elementwise operators, the
+# conversions and the reshapes name no data type: "Add (ND)", "HardSwish (NC)", "Clamp (NC)",
+# "Convert (NC)", "Static Reshape (NC)" are the same name on int8 and on float data (an int8
+# residual add runs as "Add (ND)" and "Clamp (NC)").
+_INT8_TYPE = re.compile(r"^(P?Q[A-Z]*8[A-Z]*|[SU]8|X8)$")
+_FLOAT_TYPE = re.compile(r"^(P?F16|P?F32|BF16(_F32)?|X16|X32)$")
+# XNNPACK's name for a 256-entry lookup table it builds, when the delegate is loaded, from a
+# chain of unary ops that starts and ends on 8-bit data (a hardswish, sigmoid or tanh between
+# two int8 ops, with the Converts around it): ``xnn_subgraph_fuse_unary_quantized_into_lut``
+# leaves it a unary node with no operator (``xnn_unary_invalid``). It reads and writes int8.
+_INT8_NAMES = {"Invalid Unary Op"}
 # The runtime's own events, not operators.
 _RUNTIME_EVENTS = {
     "Method::init",
@@ -57,14 +71,30 @@ def _types(operator: str) -> list[str]:
     return [t.strip() for t in found[1].split(",")] if found else []
 
 
+def _kind(operator: str) -> str:
+    """``"int8"``, ``"float"``, ``"conversion"`` or ``"untyped"``: what XNNPACK's name says."""
+    if operator.startswith("Convert ("):
+        return "conversion"
+    types = _types(operator)
+    if operator in _INT8_NAMES or any(map(_INT8_TYPE.match, types)):
+        return "int8"
+    if any(map(_FLOAT_TYPE.match, types)):
+        return "float"
+    return "untyped"
+
+
 @dataclass(frozen=True)
 class OperatorsRun:
     """The operators one call of a ``.pte`` ran on the ExecuTorch runtime, with counts.
 
+    Every XNNPACK operator that ran is in ``xnnpack`` and in exactly one of ``int8``,
+    ``float_only``, ``untyped`` and ``conversions``; ``summary`` prints them all.
+
     Attributes:
         xnnpack: XNNPACK's operators inside the delegates, by XNNPACK's name, which says the
-            data types: ``Convolution (NHWC, QC8) IGEMM`` (int8 activations, per-channel int8
-            weights), ``Fully Connected (NC, F32) GEMM`` (float).
+            data types when it has any: ``Convolution (NHWC, QC8) IGEMM`` (int8 activations,
+            per-channel int8 weights), ``Fully Connected (NC, F32) GEMM`` (float),
+            ``HardSwish (NC)`` (no data type: int8 or float).
         portable: the kernels outside any delegate (ExecuTorch's portable kernels), by the
             out variant the runtime calls, e.g. ``mean.out``.
     """
@@ -72,23 +102,35 @@ class OperatorsRun:
     xnnpack: Counter
     portable: Counter = field(default_factory=Counter)
 
+    def _of_kind(self, kind: str) -> Counter:
+        return Counter({op: n for op, n in self.xnnpack.items() if _kind(op) == kind})
+
     @property
     def int8(self) -> Counter:
-        """XNNPACK's operators on int8 data (a type ``QS8``, ``QC8``, ``QD8``..., or ``X8``)."""
-        return Counter(
-            {op: n for op, n in self.xnnpack.items() if any(map(_INT8_TYPE.match, _types(op)))}
-        )
+        """XNNPACK's operators on int8 data: a type ``QS8``, ``QC8``, ``QD8``..., ``S8``, ``X8``
+        in the name, or ``Invalid Unary Op``, the lookup table XNNPACK makes of unary ops
+        between int8 values (a hardswish between two int8 linears)."""
+        return self._of_kind("int8")
 
     @property
     def float_only(self) -> Counter:
-        """XNNPACK's operators on float data only (``F32``, ``F16``)."""
-        return Counter(
-            {
-                op: n
-                for op, n in self.xnnpack.items()
-                if op not in self.int8 and any(map(_FLOAT_TYPE.match, _types(op)))
-            }
-        )
+        """XNNPACK's operators whose name says float data only (``F32``, ``F16``, ``X32``)."""
+        return self._of_kind("float")
+
+    @property
+    def untyped(self) -> Counter:
+        """XNNPACK's operators whose name says no data type, so int8 or float:
+        ``HardSwish (NC)``, ``Add (ND)``, ``Clamp (NC)``, ``Static Reshape (NC)``. A float
+        hardswish after an int8 linear is here; so is an int8 residual add. The ETDump holds
+        nothing else about them (no data type, no graph node: the debug handle is -1)."""
+        return self._of_kind("untyped")
+
+    @property
+    def conversions(self) -> Counter:
+        """XNNPACK's conversions between data types (``Convert (NC)``): the quantize of a
+        delegate's float input, the dequantize of its output, and the edges of a float island
+        inside a delegate."""
+        return self._of_kind("conversion")
 
     @property
     def summary(self) -> str:
@@ -98,23 +140,64 @@ class OperatorsRun:
     def summary_in(self, lang: str) -> str:
         """``summary`` in ``lang``, ``"en"`` or ``"zh_TW"``.
 
+        The float line says ``none`` only when every operator but the conversions names its
+        data type and none names float. With an operator that names no data type and none that
+        names float, it says ``unknown``, and the next line lists those operators. The lines of
+        untyped operators and of conversions are printed when there are any.
+
         >>> run = OperatorsRun(Counter({"Convolution (NHWC, QC8) IGEMM": 2}))
         >>> print(run.summary_in("en"))
         XNNPACK int8: Convolution (NHWC, QC8) IGEMM ×2
         XNNPACK float: none
         portable: none
+        >>> run = OperatorsRun(
+        ...     Counter({"Fully Connected (NC, QS8, QC8W) GEMM": 1, "Convert (NC)": 2,
+        ...              "HardSwish (NC)": 1}))
+        >>> print(run.summary_in("zh_TW"))
+        XNNPACK int8：Fully Connected (NC, QS8, QC8W) GEMM ×1
+        XNNPACK 浮點數：不確定（沒有名稱標明浮點數；見下一行）
+        XNNPACK int8 或浮點數（名稱沒有標明）：HardSwish (NC) ×1
+        XNNPACK 資料型別轉換：Convert (NC) ×2
+        portable kernel：無
         """
-        none = "無" if lang == "zh_TW" else "none"
-        # zh: the glossary's 「kernel」 (核心 is a CPU core) and a full-width colon after it
-        portable = "portable kernel：" if lang == "zh_TW" else "portable: "
+        zh = lang == "zh_TW"
+        none, comma = ("無", "、") if zh else ("none", ", ")
+        if zh:  # the glossary's 「kernel」 (核心 is a CPU core), full-width colons
+            labels = (
+                "XNNPACK int8：",
+                "XNNPACK 浮點數：",
+                "XNNPACK int8 或浮點數（名稱沒有標明）：",
+                "XNNPACK 資料型別轉換：",
+                "portable kernel：",
+            )
+            unknown = "不確定（沒有名稱標明浮點數；見下一行）"
+        else:
+            labels = (
+                "XNNPACK int8: ",
+                "XNNPACK float: ",
+                "XNNPACK int8 or float (the name does not say): ",
+                "XNNPACK conversions between data types: ",
+                "portable: ",
+            )
+            unknown = "unknown (no name says float; see the next line)"
 
         def listed(ops: Counter) -> str:
-            return ", ".join(f"{op} ×{n}" for op, n in sorted(ops.items())) or none
+            return comma.join(f"{op} ×{n}" for op, n in sorted(ops.items())) or none
 
-        return (
-            f"XNNPACK int8: {listed(self.int8)}\nXNNPACK float: {listed(self.float_only)}\n"
-            f"{portable}{listed(self.portable)}"
+        int8, floats, untyped, conversions = (
+            self.int8,
+            self.float_only,
+            self.untyped,
+            self.conversions,
         )
+        lines = [labels[0] + listed(int8)]
+        lines.append(labels[1] + (unknown if untyped and not floats else listed(floats)))
+        if untyped:
+            lines.append(labels[2] + listed(untyped))
+        if conversions:
+            lines.append(labels[3] + listed(conversions))
+        lines.append(labels[4] + listed(self.portable))
+        return "\n".join(lines)
 
 
 @contextlib.contextmanager
@@ -131,8 +214,12 @@ def operators_run(pte: bytes, inputs, *, method: str = "forward") -> OperatorsRu
     """Run ``pte`` once on the ExecuTorch runtime with an ETDump; return the operators it ran.
 
     The runtime on PyPI records a profiling event per XNNPACK operator it runs inside a
-    delegate (and per portable kernel), named as XNNPACK names them, with their data types.
-    A delegate that XNNPACK ran in float shows ``F32`` operators; an int8 one ``QS8``/``QC8``.
+    delegate (and per portable kernel). An XNNPACK event holds the operator's name as XNNPACK
+    names it, ``"Convolution (NHWC, QC8) IGEMM #1"``, and its times: no data type, no graph
+    node (its debug handle is -1). A delegate that XNNPACK ran in float shows ``F32``
+    operators; an int8 one ``QS8``/``QC8``. Elementwise operators name no data type
+    (``HardSwish (NC)`` is the same name on float and int8 data): they are in
+    ``OperatorsRun.untyped``, and ``summary`` lists them on their own line.
 
     Args:
         pte: the ``.pte`` file's bytes (``to_executorch(...).buffer``).

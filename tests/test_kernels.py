@@ -169,3 +169,30 @@ def test_time_by_kind_runs_at_the_thread_count_it_is_given_and_restores_the_call
     split = time_by_kind(lambda x: seen.append(torch.get_num_threads()) or x, (1,), threads=1)
     assert set(seen) == {1} and torch.get_num_threads() == before
     assert split["int8"] == split["float"] == 0.0 and split["total"] >= split["other"]
+
+
+@pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor.*deprecated:UserWarning")
+@pytest.mark.parametrize("engine", ["x86", "fbgemm", "onednn"])
+def test_eager_torch_ao_int8_convs_and_linears_count_as_int8(engine, monkeypatch):
+    """A legacy (eager torch.ao) int8 model runs quantized::conv2d and quantized::linear, on
+    fbgemm or oneDNN: int8, not "int8: none; float: none"."""
+    import torch.ao.nn.quantized as nnq
+    import torch.ao.nn.quantized.dynamic as nnqd
+
+    if engine not in torch.backends.quantized.supported_engines:
+        pytest.skip(f"no {engine} quantized engine in this torch")
+    monkeypatch.setattr(torch.backends.quantized, "engine", engine)
+    torch.manual_seed(0)
+    conv, linear, dynamic = nnq.Conv2d(3, 4, 3), nnq.Linear(8, 4), nnqd.Linear(8, 4)
+    image = torch.quantize_per_tensor(torch.randn(1, 3, 8, 8), 0.1, 128, torch.quint8)
+    rows = torch.quantize_per_tensor(torch.randn(2, 8), 0.1, 128, torch.quint8)
+    weight = torch.quantize_per_tensor(torch.randn(4, 8), 0.1, 0, torch.qint8)
+
+    def legacy(image, rows):
+        torch.ops.quantized.linear_prepack(weight, None)  # prepacking: not int8 compute
+        return conv(image), linear(rows), dynamic(rows.dequantize())
+
+    ran = kernels_run(legacy, (image, rows))
+    expected = {"quantized::conv2d": 1, "quantized::linear": 1, "quantized::linear_dynamic": 1}
+    assert ran.int8 == expected and not ran.float, ran.summary
+    assert ran.summary_in("en").startswith("int8: quantized::conv2d ×1, quantized::linear ×1")

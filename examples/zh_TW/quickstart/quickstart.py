@@ -104,11 +104,12 @@ assert not raced.kernels["fp32"].int8, "浮點模型沒有執行任何 int8 kern
 # **VNNI** 時，oneDNN 做 int8 乘法比浮點數快好幾倍，這麼寬的模型用 int8 大約快 2～3 倍（以指令
 # 來算，VNNI 的上限是 4 倍：M03-3 說明其餘的差距到哪裡去了）。有 **AMX** 時，int8 在 tile 上
 # 執行，完全是另一個等級：上限遠高於 4 倍（M03-3）。沒有 VNNI 的話，領先的幅度有限。倍數下面
-# 那一行說明這顆 CPU 屬於哪一種。「離散」一欄是中間 80% 輪次的分布寬度：兩個中位數的差距若
-# 落在它之內，就是平手，不能排名次。
+# 那一行說明這顆 CPU 屬於哪一種。「離散度」一欄說的是單次呼叫的變動（中間 80% 的輪次）；兩個
+# 中位數的比值有多準，看的是它在這次執行之內的 95% 區間（ ``ratio_interval`` ，M03-3：兩個
+# 模型在同樣的交錯輪次裡量測）。
 
-speedup, spreads = raced.ratio("fp32", "int8"), [raced[k].spread for k in ("fp32", "int8")]
-print(f"int8 的速度是 fp32 的 {speedup:.2f} 倍（離散 {spreads[0]:.0%}、{spreads[1]:.0%}）")
+speedup, (low, high) = raced.ratio("fp32", "int8"), raced.ratio_interval("fp32", "int8")
+print(f"int8 的速度是 fp32 的 {speedup:.2f} 倍（這次執行的 95% 區間 {low:.2f}–{high:.2f} 倍）")
 cpu = describe()
 print(
     f"{cpu.onednn}：AMX tile，上限遠高於 VNNI 的 4 倍"

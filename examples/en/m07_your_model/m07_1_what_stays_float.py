@@ -379,7 +379,7 @@ for reports in zoo.values():
             assert set(report.statuses(op)) <= {"int8 fused", "int8 shared"}, (report.label, op)
 
 # %%
-# Step 6 — ExecuTorch's QuantizerReporter
+# Step 7 — ExecuTorch's QuantizerReporter
 # ---------------------------------------
 # ExecuTorch 1.5.1 ships a report of its own, ``QuantizerReporter``
 # (``executorch.backends.cortex_m.quantizer_reporter``). It reports what a quantizer tells it

@@ -373,7 +373,7 @@ for reports in zoo.values():
             assert set(report.statuses(op)) <= {"int8 fused", "int8 shared"}, (report.label, op)
 
 # %%
-# 步驟 6 — ExecuTorch 的 QuantizerReporter
+# 步驟 7 — ExecuTorch 的 QuantizerReporter
 # ----------------------------------------
 # ExecuTorch 1.5.1 附有自己的報告工具 ``QuantizerReporter``
 # （ ``executorch.backends.cortex_m.quantizer_reporter`` ）。它回報的，是 quantizer 在標註時

@@ -108,11 +108,12 @@ def ops(gm) -> dict:
 # output row. PT2E returns a new object, an exported ``GraphModule``, whose int8 weights are
 # constants read by ``dequantize_per_channel`` nodes.
 
-models = {
-    "dynamic": with_quantize_(encoder, Int8DynamicActivationInt8WeightConfig()),
-    "weight_only": with_quantize_(encoder, Int8WeightOnlyConfig()),
-    "pt2e": with_pt2e(encoder, tokens),
+CONFIGS = {
+    "dynamic": Int8DynamicActivationInt8WeightConfig(),
+    "weight_only": Int8WeightOnlyConfig(),
 }
+models = {key: with_quantize_(encoder, config) for key, config in CONFIGS.items()}
+models["pt2e"] = with_pt2e(encoder, tokens)
 weight = models["dynamic"].blocks[0].fc1.weight
 print(f"quantize_: {type(models['dynamic']).__name__}, fc1.weight is {type(weight).__name__}")
 print(
@@ -228,7 +229,7 @@ assert (x86.weight.dtype, x86.input_activation.dtype) == (torch.int8, torch.uint
 # and reads the kernels each runs (``kernels_run``, from the profiler); the ``quantize_``
 # models are compiled here the same way and timed in the same rounds (``also=``): ``race``
 # keys what it measured by the models' weights, which it cannot read inside torchao's
-# subclasses, so ``also_key`` names them instead.
+# subclasses, so ``also_key`` names the configs that made them (their ``repr``: every field).
 #
 # PT2E's compiled graph runs oneDNN's int8 linear for every linear. The ``quantize_``
 # int8-dynamic model runs every linear on an int8 kernel, of two kinds: ATen's
@@ -260,7 +261,7 @@ timings = race(
     {LABELS["fp32"]: export_module(encoder, tokens), LABELS["pt2e"]: models["pt2e"]},
     tokens,
     also={LABELS[key]: model for key, model in compiled.items()},
-    also_key="encoder: quantize_ int8 dynamic, int8 weight-only (torchao 0.18), compiled, frozen",
+    also_key=repr(CONFIGS),  # every field of the configs that made them
 )
 ran = {LABELS[key]: timings.kernels[LABELS[key]] for key in ("fp32", "pt2e")}
 with torch.no_grad():  # the thread count and grad mode they were compiled in

@@ -105,11 +105,12 @@ def ops(gm) -> dict:
 # 新的物件，一個匯出的 ``GraphModule`` ，它的 int8 weight 是常數，由 ``dequantize_per_channel``
 # node 讀取。
 
-models = {
-    "dynamic": with_quantize_(encoder, Int8DynamicActivationInt8WeightConfig()),
-    "weight_only": with_quantize_(encoder, Int8WeightOnlyConfig()),
-    "pt2e": with_pt2e(encoder, tokens),
+CONFIGS = {
+    "dynamic": Int8DynamicActivationInt8WeightConfig(),
+    "weight_only": Int8WeightOnlyConfig(),
 }
+models = {key: with_quantize_(encoder, config) for key, config in CONFIGS.items()}
+models["pt2e"] = with_pt2e(encoder, tokens)
 weight = models["dynamic"].blocks[0].fc1.weight
 print(f"quantize_：{type(models['dynamic']).__name__}，fc1.weight 是 {type(weight).__name__}")
 print(
@@ -222,7 +223,7 @@ assert (x86.weight.dtype, x86.input_activation.dtype) == (torch.int8, torch.uint
 # 規則）。 ``race`` （ ``common.timing`` ）編譯 fp32 與 PT2E 這兩張圖，並讀出各自執行的 kernel
 # （ ``kernels_run`` ，來自 profiler）； ``quantize_`` 的模型在這裡用同樣的方式編譯，並在同樣的
 # 輪次中計時（ ``also=`` ）： ``race`` 以模型的 weight 作為量測結果的鍵，而它讀不到 torchao
-# 子類別裡的 weight，所以改用 ``also_key`` 為它們命名。
+# 子類別裡的 weight，所以改用 ``also_key`` 寫出做出它們的 config（它的 ``repr`` 列出每個欄位）。
 #
 # PT2E 編譯後的圖，每個 linear 都執行 oneDNN 的 int8 linear。 ``quantize_`` 的 int8 動態模型
 # 的每個 linear 也都在 int8 kernel 上執行，分成兩種：ATen 的 ``aten::_int_mm`` ，以及
@@ -253,7 +254,7 @@ timings = race(
     {LABELS["fp32"]: export_module(encoder, tokens), LABELS["pt2e"]: models["pt2e"]},
     tokens,
     also={LABELS[key]: model for key, model in compiled.items()},
-    also_key="encoder: quantize_ int8 dynamic, int8 weight-only (torchao 0.18), compiled, frozen",
+    also_key=repr(CONFIGS),  # every field of the configs that made them
 )
 ran = {LABELS[key]: timings.kernels[LABELS[key]] for key in ("fp32", "pt2e")}
 with torch.no_grad():  # 用編譯時的執行緒數與 grad 模式

@@ -22,6 +22,8 @@ convert) and ``delegated`` (the nodes each delegate runs). What a ``.pte`` does 
 is ``common.runtime``'s.
 """
 
+import operator
+
 import torch
 from executorch.backends.xnnpack.utils.quant_utils import tag_as_implicit_q_dq
 from executorch.backends.xnnpack.xnnpack_preprocess import XnnpackBackend
@@ -52,6 +54,7 @@ __all__ = [
     "CoursePartitioner",
     "Op",
     "delegated",
+    "left_outside",
     "to_executorch",
     "xnnpack_quantizer",
 ]
@@ -404,3 +407,40 @@ def delegated(program: ExportedProgram) -> dict[str, list[str]]:
             inner = getattr(program.graph_module, node.target).original_module
             result[node.target] = [n.name for n in inner.graph.nodes if n.op == "call_function"]
     return result
+
+
+def left_outside(program: ExportedProgram) -> dict[str, str]:
+    """Each op a lowered program runs outside its delegates, with why XNNPACK did not take it.
+
+    The reason is the course's table of XNNPACK's partitioner
+    (``common/backends/xnnpack/table.py``): the constraint of the op's config that the node
+    fails (``SUPPORTED[op].why_not``), the words of ``PORTABLE`` for an op XNNPACK has no config
+    for, the dtype check every config runs, or, for an op XNNPACK takes that was left at a
+    delegate's edge (a lone quantize after a float op, say), that it is one.
+
+    Args:
+        program: ``edge.exported_program()`` after ``to_edge_transform_and_lower``, or the
+            ``exported_program()`` of :func:`to_executorch`'s result.
+
+    Returns:
+        dict: ``{node name: "<op>: <reason>"}``, in graph order; empty when every op is
+        delegated.
+    """
+    found = {}
+    for node in program.graph.nodes:
+        if node.op != "call_function" or node.target is operator.getitem:
+            continue
+        name = op_name(node.target)
+        if name.startswith("executorch_call_delegate"):
+            continue
+        rule = SUPPORTED.get(name)
+        if rule is None:
+            reason = PORTABLE.get(name, "XNNPACK's partitioner has no config for it")
+        elif not _dtypes_ok(node):
+            reason = "its tensors are not float of one dtype (the check every XNNPACK config runs)"
+        else:
+            reason = rule.why_not(node) or (
+                "XNNPACK takes this op, but not alone here: left at a delegate's edge"
+            )
+        found[node.name] = f"{name}: {reason}"
+    return found

@@ -704,3 +704,34 @@ def test_course_partitioner_is_an_executorch_partitioner():
 
 def test_lower_names_the_x86_lowering_only():
     assert not hasattr(edge, "lower"), "ExecuTorch's lowering is edge.to_executorch"
+
+
+class MeanThenNorm(nn.Module):
+    """A conv, a mean without keepdim (XNNPACK's mean config refuses it), a layer norm (no
+    config at all), then a linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.norm, self.fc = nn.Conv2d(3, 8, 3), nn.LayerNorm(8), nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.fc(self.norm(self.conv(x).relu().mean(dim=(2, 3))))
+
+
+def test_left_outside_names_each_op_outside_the_delegates_and_why():
+    x = (torch.randn(1, 3, 8, 8),)
+    prepared = prepare_pt2e(export_module(MeanThenNorm().eval(), x), edge.xnnpack_quantizer())
+    prepared(*x)
+    program = torch.export.export(convert_pt2e(prepared), x)
+    lowered = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
+    outside = edge.left_outside(lowered.exported_program())
+    mean = [reason for reason in outside.values() if reason.startswith("mean.dim: ")]
+    norm = [reason for reason in outside.values() if reason.startswith("native_layer_norm")]
+    assert len(mean) == 1 and "keepdim" in mean[0], outside
+    assert norm == [f"native_layer_norm.default: {edge.PORTABLE['native_layer_norm.default']}"]
+    assert not any(r.startswith(("convolution", "linear")) for r in outside.values()), outside
+    everything = to_edge_transform_and_lower(
+        torch.export.export(TwoConvs().eval(), (torch.randn(1, 3, 8, 8),)),
+        partitioner=[XnnpackPartitioner()],
+    )
+    assert edge.left_outside(everything.exported_program()) == {}, "a float conv net: all in"

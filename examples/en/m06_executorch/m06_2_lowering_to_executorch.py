@@ -55,7 +55,13 @@ from executorch.exir import to_edge_transform_and_lower
 from executorch.runtime import Runtime
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-from common.edge import SUPPORTED, CoursePartitioner, delegated, xnnpack_quantizer
+from common.edge import (
+    SUPPORTED,
+    CoursePartitioner,
+    delegated,
+    left_outside,
+    xnnpack_quantizer,
+)
 
 
 class Classifier(nn.Module):
@@ -164,6 +170,16 @@ print("why: " + SUPPORTED["mean.dim"].why_not(mean))
 assert portable == Counter(mean=1), "only the mean stayed outside the delegates"
 assert not MeanDimConfig().check_constraints(mean, lowered), "XNNPACK's own check refuses it"
 assert mean.meta["val"].dtype == torch.float32, "it runs in float, between the delegates"
+
+# %%
+# On your own model, ``common.edge.left_outside`` lists every op a lowered program runs
+# outside its delegates, each with the reason from the course's table of XNNPACK's
+# partitioner: the constraint it fails, or that XNNPACK has no config for it.
+
+outside = left_outside(lowered)
+print(outside)
+why = "mean.dim: " + SUPPORTED["mean.dim"].why_not(mean)
+assert outside == {mean.name: why}, "one op outside, for this reason"
 
 # %%
 # Step 4 — ``.to_executorch()``: memory planning

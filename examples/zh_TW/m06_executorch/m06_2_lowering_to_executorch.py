@@ -54,7 +54,13 @@ from executorch.exir import to_edge_transform_and_lower
 from executorch.runtime import Runtime
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-from common.edge import SUPPORTED, CoursePartitioner, delegated, xnnpack_quantizer
+from common.edge import (
+    SUPPORTED,
+    CoursePartitioner,
+    delegated,
+    left_outside,
+    xnnpack_quantizer,
+)
 
 
 class Classifier(nn.Module):
@@ -159,6 +165,16 @@ print("原因（common.edge 的訊息）：" + SUPPORTED["mean.dim"].why_not(mea
 assert portable == Counter(mean=1), "delegate 之外只留下 mean"
 assert not MeanDimConfig().check_constraints(mean, lowered), "XNNPACK 自己的檢查拒絕它"
 assert mean.meta["val"].dtype == torch.float32, "它在兩個 delegate 之間以浮點數執行"
+
+# %%
+# 在你自己的模型上， ``common.edge.left_outside`` 會列出下放後的程式在 delegate 之外執行的
+# 每一個運算，並附上課程整理的 XNNPACK partitioner 表所給的原因：它不符合的限制，或 XNNPACK
+# 根本沒有它的 config。
+
+outside = left_outside(lowered)
+print(outside)
+why = "mean.dim: " + SUPPORTED["mean.dim"].why_not(mean)
+assert outside == {mean.name: why}, "只有一個運算在外面，原因就是這一條"
 
 # %%
 # 步驟 4 — ``.to_executorch()`` ：記憶體規劃

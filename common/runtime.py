@@ -317,8 +317,8 @@ class LoadCheck:
     log: str
 
     def __str__(self) -> str:
-        if self.loads:
-            return "loads"
+        if self.loads:  # in the language of the lesson that prints it
+            return "可以載入" if lesson_language() == "zh_TW" else "loads"
         lines = [f"{name}: {error}" for name, error in self.errors.items()]
         lines += [f"{r.delegate}: {r.node} ({r.op}): {r.xnnpack}" for r in self.refused]
         return "\n".join(lines)

@@ -196,3 +196,16 @@ def test_load_check_names_the_node_xnnpack_refuses():
     assert refusal.op == "permute_copy.default" and "static transpose" in refusal.xnnpack
     with pytest.raises(TypeError, match="to_executorch"):
         load_check(program.exported_program())
+
+
+def test_a_load_check_that_loads_says_so_in_the_lessons_language():
+    from common import lesson
+    from common.runtime import LoadCheck
+
+    check = LoadCheck(loads=True, errors={}, refused=(), log="")
+    assert str(check) == "loads"
+    lesson.start(lang="zh_TW", name="m99_5_test")
+    try:
+        assert str(check) == "可以載入"
+    finally:
+        lesson.stop()

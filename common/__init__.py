@@ -21,6 +21,7 @@
 - ``migration``: the migration map torch.ao → torchao → ExecuTorch, a row per API; ``attempt``.
 - ``models``: the model zoo, ``get_model`` and ``example_inputs``.
 - ``numerics``: quantization error: every node's output (``record``), ``sqnr``, BatchNorm folded.
+- ``onnx_runtime``: a PT2E model exported to ONNX and run on ONNX Runtime; the kernels it ran.
 - ``pt2e``: export, calibration, the x86 quantizer, frozen constants, quieter logs.
 - ``qat``: M04-4's MobileNetV2 on the digits and a QAT run that resumes in another process.
 - ``quantizer``: ``CourseQuantizer``, the course's own PT2E quantizer.

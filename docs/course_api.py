@@ -34,6 +34,7 @@ API_ORDER = (
     "common.kernels",
     "common.timing",
     "common.aoti",
+    "common.onnx_runtime",
     "common.numerics",
     "common.data",
     "common.qat",

@@ -88,12 +88,19 @@ def built_with(lang: str, page_source: Path) -> str:
     return TEXT[lang]["built_with"].format(stack=_stack(lang), date=ran.isoformat())
 
 
+#: What running an ONNX export needs, all three named when a lesson or its ``common`` closure
+#: imports one of them: ``torch.onnx.export(dynamo=True)`` translates with onnxscript, which
+#: writes ``onnx``; ``onnxruntime`` runs the file (M03-5).
+ONNX_PACKAGES = ("onnx", "onnxscript", "onnxruntime")
+
+
 def run_needs(lang: str, scripts: list[Path]) -> str:
     """The line beside a page's download buttons: what running its scripts needs, with its
     literals in reST's double backquotes.
 
     The course's helpers with their pinned torch and torchao (one pip command from the
-    course's repository), ExecuTorch (and NNCF with OpenVINO) where the scripts or the
+    course's repository), ExecuTorch (and NNCF with OpenVINO), and ONNX with its exporter's
+    onnxscript and ONNX Runtime (``ONNX_PACKAGES``) where the scripts or the
     ``common`` modules they import (``common_closure``) import them, Graphviz, and a C++
     compiler where they call ``torch.compile`` or compile an AOTInductor package.
     """
@@ -110,6 +117,8 @@ def run_needs(lang: str, scripts: list[Path]) -> str:
         name.startswith(("executorch.backends.openvino", "nncf", "openvino")) for name in imported
     ):
         extra += f" nncf=={_version('nncf')} openvino=={_version('openvino')}"  # OpenVINOQuantizer
+    if any(name.split(".")[0] in ONNX_PACKAGES for name in imported):  # M03-5
+        extra += "".join(f" {package}=={_version(package)}" for package in ONNX_PACKAGES)
     text = TEXT[lang]
     line = text["run_needs"].format(command=f'``pip install "{install}"{extra}``')
     if any(_is_torch_compile(node) for node in nodes_):

@@ -56,6 +56,7 @@ FIGURES = {
     "m04_fixture/m04_3_qat.py": {"fp32_accuracy": 0.97, "ptq_accuracy": 0.8, "qat_accuracy": 0.95},
     "m04_fixture/m04_4_qat_real.py": {
         "fp32_accuracy": 0.97,
+        "fp32_tuned_accuracy": 0.984,
         "ptq_accuracy": 0.918,
         "qat_accuracy": 0.974,
     },
@@ -131,7 +132,7 @@ def test_the_landing_page_shows_the_figures_its_lessons_published(built):
         "0.27×",
         "97.0% / 96.4%",
         "97.0% / 80.0% / 95.0%",
-        "97.0% / 91.8% / 97.4%",
+        "97.0% / 98.4% / 91.8% / 97.4%",
     ):
         assert shown in landing, f"{shown!r} is not on the landing page: {landing[:3000]}"
     assert "8 cases" in landing and "Test CPU: oneDNN int8 path AVX2" in landing
@@ -241,8 +242,9 @@ def test_a_downloaded_lesson_runs_in_a_virtualenv_made_with_its_pages_command(si
 
 
 def test_the_download_line_names_what_a_lesson_imports_beyond_the_course():
-    """ExecuTorch for M06, and NNCF with OpenVINO where a lesson asks ExecuTorch's OpenVINO
-    quantizer (M07-3): a reader who runs the page's one command can run the download."""
+    """ExecuTorch for M06, NNCF with OpenVINO where a lesson asks ExecuTorch's OpenVINO
+    quantizer (M07-3), ONNX, onnxscript and ONNX Runtime for M03-5: a reader who runs the
+    page's one command can run the download."""
     from course_links import run_needs
 
     def line(relative: str) -> str:
@@ -253,6 +255,10 @@ def test_the_download_line_names_what_a_lesson_imports_beyond_the_course():
     assert "executorch==" in m06 and "nncf==" not in m06
     m07 = line("m07_your_model/m07_3_every_quantizer.py")
     assert "executorch==" in m07 and "nncf==" in m07 and "openvino==" in m07
+    m03 = line("m03_lowering/m03_5_onnx_runtime.py")
+    for needed in ("onnx==", "onnxscript==", "onnxruntime=="):
+        assert needed in m03, f"{needed} missing from M03-5's line: {m03}"
+    assert "onnx==" not in line("m03_lowering/m03_4_shipping.py")
 
 
 def test_the_download_line_reads_the_common_modules_a_lesson_imports():

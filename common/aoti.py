@@ -5,7 +5,8 @@ build; the FX graph cache cannot help, since frozen graphs hold oneDNN's prepack
 which it does not pickle. A package is machine code for one program, one PyTorch version,
 one kernel path and one thread count: with those in its key it is compiled once, and a
 second build or a process capped at another ISA (``common.cpu.run_under_isa``) loads it in
-well under a second.
+well under a second. Before a package is handed out, its outputs are checked against the
+program it came from: a fast package that computes other numbers is worth nothing.
 """
 
 import re
@@ -19,9 +20,10 @@ import torch
 from common.cache import cached_path
 from common.cpu import describe
 from common.digest import digest
+from common.numerics import sqnr
 from common.timing import timing_threads
 
-__all__ = ["compiled_package", "kernel_calls", "kernels_ran", "package_key"]
+__all__ = ["check_package", "compiled_package", "kernel_calls", "kernels_ran", "package_key"]
 
 
 def package_key(program: torch.export.ExportedProgram) -> str:
@@ -50,11 +52,14 @@ def compiled_package(
     *,
     freezing: bool = True,
     kernel_profile: bool = False,
+    check: bool = True,
 ) -> Path:
     """The AOTInductor package of ``program``, compiled with freezing unless already cached.
 
     Compiled at ``timing_threads()`` threads, so that it can be timed beside other models
     with ``common.timing.compare_speed``; load it with ``torch._inductor.aoti_load_package``.
+    Before it is returned, its outputs are compared with ``program``'s (:func:`check_package`),
+    cached or not.
 
     Args:
         program: what to compile (``torch.export.export`` of a float or converted model).
@@ -63,6 +68,8 @@ def compiled_package(
             the float fallback of pytorch/ao#4566).
         kernel_profile: wrap each kernel call in a profiler record
             (``cpp.enable_kernel_profile``), so that :func:`kernels_ran` sees it.
+        check: compare the package's outputs with the program's (:func:`check_package`);
+            ``False`` returns a package that computes wrong numbers too, to look at it.
 
     Returns:
         Path: the ``.pt2`` file, ``<cache>/aoti/<name>-<package_key(program)>.pt2``
@@ -72,6 +79,8 @@ def compiled_package(
     Raises:
         TypeError: if ``program`` is not an ``ExportedProgram``; the message says how to get
             one from a ``GraphModule``.
+        RuntimeError: from :func:`check_package`, if the package computes other numbers than
+            ``program``.
     """
     if not isinstance(program, torch.export.ExportedProgram):
         raise TypeError(
@@ -100,7 +109,61 @@ def compiled_package(
 
     # Locked: the other language's build may be compiling it too.
     options = "-nofreezing" * (not freezing) + "-profiled" * kernel_profile
-    return cached_path("aoti", f"{name}{options}-{package_key(program)}.pt2", compile_to)
+    path = cached_path("aoti", f"{name}{options}-{package_key(program)}.pt2", compile_to)
+    if check:
+        check_package(path, program)
+    return path
+
+
+def check_package(
+    package: Path | str, program: torch.export.ExportedProgram, *, min_sqnr: float = 10.0
+) -> float:
+    """The SQNR of a package's outputs against its program's, at the program's example inputs.
+
+    Loads ``package``, calls it and ``program.module()`` on ``program.example_inputs`` (the
+    inputs it was exported with: inside a dynamic dimension's range) and compares every output
+    tensor with ``common.numerics.sqnr``. The profiler (:func:`kernels_ran`) proves which
+    kernels ran, not that they ran right: this does.
+
+    Args:
+        package: a ``.pt2`` file compiled from ``program``.
+        program: the ``ExportedProgram`` it was compiled from.
+        min_sqnr: the least SQNR, in dB, accepted for each output. oneDNN's int8 kernels
+            and the q/dq model round differently, more so without VNNI (M05-3's int8 encoder:
+            about 50 dB with VNNI, 24 dB capped at AVX2; M06-4's spotter with three input
+            channels: 15 to 22 dB there); a wrong layout gives noise, near 0 dB.
+
+    Returns:
+        float: the lowest SQNR over the outputs, in dB (``inf`` when they are equal).
+
+    Raises:
+        ValueError: if ``program`` has no example inputs to call both with.
+        RuntimeError: if an output's SQNR is below ``min_sqnr``; the message names the
+            package, the figure and a known cause.
+    """
+    from torch.utils._pytree import tree_leaves
+
+    if program.example_inputs is None:
+        raise ValueError(
+            f"{Path(package).name}: the program has no example inputs to compare the package "
+            "with; export it again with torch.export.export(model, example_inputs)"
+        )
+    args, kwargs = program.example_inputs
+    runner = torch._inductor.aoti_load_package(str(package))
+    with torch.no_grad():
+        expected = tree_leaves(program.module()(*args, **kwargs))
+        found = tree_leaves(runner(*args, **kwargs))
+    worst = min(sqnr(e.float(), f.float()).item() for e, f in zip(expected, found, strict=True))
+    if worst < min_sqnr:
+        shapes = ", ".join(str(tuple(a.shape)) for a in tree_leaves((args, kwargs)))
+        raise RuntimeError(
+            f"{Path(package).name} computes other numbers than the program it was compiled "
+            f"from: SQNR {worst:.1f} dB at its example inputs {shapes} (at least {min_sqnr:g} "
+            "dB expected). A known cause (torch 2.13): an int8 conv whose input has one "
+            "channel, in a program with a dynamic batch; export it with a static batch, or "
+            "leave that conv float (compiled_package(..., check=False) returns it unchecked)"
+        )
+    return worst
 
 
 def kernel_calls(package: Path) -> Counter:

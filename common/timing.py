@@ -413,9 +413,10 @@ def race(
       "frozen" int8 model silently runs float convs.
     - **A copy of each model is compiled**, so two races of one model (with and without
       freezing) do not share dynamo's compiled code.
-    - **With** ``dynamic=False``: a frozen int8 conv model recompiled for a second input
-      shape with a dynamic batch fails in torch 2.13 (``AssertionError: expected size ...,
-      stride ...``, troubleshooting m99_3); static code per shape runs int8.
+    - **With** ``dynamic=False``: static code per shape, frozen, runs int8. A frozen
+      int8 model whose first conv reads one channel (grey images, audio features), recompiled
+      for a second input shape with a dynamic batch, fails in torch 2.13 (``AssertionError:
+      expected size ..., stride ...``, troubleshooting m99_3).
     - **The kernels are read before and after the timing rounds** (``kernels_run``): a
       recompile in between raises here instead of timing other code than was checked.
 

@@ -32,6 +32,7 @@ with int8 kernels, proven where it runs, and each says something different about
 # batch of 1 would specialise, M00-1), with the batch declared dynamic between 1 and 4.
 
 import contextlib
+import inspect
 import io
 import os
 import subprocess
@@ -143,19 +144,29 @@ assert guard_error == "AssertionError: Guard failed: x.size()[0] <= 4", "the upp
 draw(edge_model, title="Spotter, int8 (XNNPACK), batch 1..4")
 
 # %%
-# Here, though, the q/dq model runs batch 5 without a word. torch leaves the check out of
-# ``.module()`` when any file on the call stack has ``executorch`` or ``torchao`` in its path
-# (``_ok_to_generate_guards_fn`` in ``torch/export/_unlift.py``), and this page lives in
-# ``m06_executorch/``. A script of yours named ``executorch_demo.py`` loses its guards the
-# same way; what it runs past the bound is then what the float graph computes.
+# The q/dq model may lose that guard, though. When a file on the call stack has
+# ``executorch`` or ``torchao`` in its path (``_ok_to_generate_guards_fn`` in
+# ``torch/export/_unlift.py``), ``.module()`` checks the range in a hook on the module instead
+# of a ``_guards_fn`` node in its graph, and ``prepare_pt2e`` and ``convert_pt2e`` return new
+# graph modules, without the hook. This page runs from a folder named ``m06_executorch/`` (in
+# the site's build, in the tests, in a clone of the course): its q/dq model runs batch 5
+# without a word. A copy run as a notebook from another folder keeps the node, and refuses.
+# Which case this run is:
 
+on_such_path = any(
+    word in frame.filename for frame in inspect.stack(0) for word in ("executorch", "torchao")
+)
 guarded = bool(edge_model.graph.find_nodes(op="call_module", target="_guards_fn"))
-print(f"_guards_fn in this page's q/dq model: {guarded}")
-if guarded:  # run from a path without "executorch"
-    with expect_error(AssertionError, match="Guard failed: x.size()[0] <= 4"):
-        edge_model(clips(MAX_BATCH + 1))
-else:
-    assert edge_model(clips(MAX_BATCH + 1)).shape == (5, KEYWORDS), "batch 5 runs, unchecked"
+try:
+    batch_5 = f"runs, output {tuple(edge_model(clips(MAX_BATCH + 1)).shape)}"
+except AssertionError as error:
+    batch_5 = f"{type(error).__name__}: {error}"
+print(f"executorch/torchao on the stack: {on_such_path}; _guards_fn: {guarded}; {batch_5}")
+assert guarded != on_such_path, "a _guards_fn node exactly when no such path calls .module()"
+expected = (
+    "runs, output (5, 12)" if on_such_path else "AssertionError: Guard failed: x.size()[0] <= 4"
+)
+assert batch_5 == expected, "unchecked from such a path, refused from any other"
 
 # %%
 # Step 2 — torch.compile: one compile per batch size
@@ -181,17 +192,21 @@ assert new_graphs == 2, "one compile for batch 1, one for batch 4"
 assert all(r.int8 and not r.float for r in ran.values()), "int8 convs and linear at both sizes"
 
 # %%
-# With ``dynamic=True`` it would compile one graph with a symbolic batch; on this int8 model
-# that graph fails at its first call, with the stride assertion of
+# With ``dynamic=True`` it would compile one graph with a symbolic batch; on this model that
+# graph fails at its first call, with the stride assertion of
 # :ref:`Troubleshooting: lowering and speed
-# <sphx_glr_lessons_troubleshooting_m99_3_lowering_and_speed.py>` (inductor checks
-# the int8 conv's output for one layout and gets another). A few batch sizes compiled each,
-# or padded to, is the way for ``torch.compile``.
+# <sphx_glr_lessons_troubleshooting_m99_3_lowering_and_speed.py>`. The trigger is ``conv1``:
+# an int8 conv whose input has **one channel** (a clip's MFCCs, a grey image). With a symbolic
+# batch, inductor declares its output contiguous (NCHW, stride 490 across the 32 channels),
+# while oneDNN's int8 conv writes it channels-last (NHWC, stride 1), and the compiled code's
+# check of the strides stops it (``_prepare_convolution_fusion_create`` in
+# ``torch/_inductor/mkldnn_ir.py``; torch 2.13, torchao 0.18). For this model, a few batch
+# sizes compiled each, or padded to, is the way for ``torch.compile``.
 
 torch._dynamo.reset()
 with torch.no_grad():
     symbolic = torch.compile(x86_model, dynamic=True)
-    with expect_error(AssertionError, match="expected size"):
+    with expect_error(AssertionError, match="expected size 32==32, stride 1==490 at dim=1"):
         symbolic(clips(2))
 
 # %%
@@ -201,10 +216,11 @@ with torch.no_grad():
 # serves every batch from 1 to 4. ``compiled_package`` (M03-4) compiles it with freezing and,
 # with ``kernel_profile=True``, has inductor wrap each kernel call in a profiler record. The
 # generated C++ calls two int8 convs and an int8 linear; ``kernels_ran`` shows that the loaded
-# package ran them, at batch 1 and at batch 4.
+# package ran them, at batch 1 and at batch 4. (``check=False``: ``compiled_package`` compares
+# a package's outputs with its program's before handing it out, and would refuse this one.)
 
 x86_program = torch.export.export(x86_model, example, dynamic_shapes=dynamic_shapes)
-package = compiled_package(x86_program, "spotter_int8_batch_1_4", kernel_profile=True)
+package = compiled_package(x86_program, "spotter_int8_batch_1_4", kernel_profile=True, check=False)
 calls = kernel_calls(package)
 print(f"in the package's C++: {dict(calls)}")
 runner = torch._inductor.aoti_load_package(str(package))
@@ -216,13 +232,48 @@ assert all(kernels == int8_kernels for kernels in at_run_time.values()), "int8 a
 
 # %%
 # The profiler proves int8 ran, not that it ran right. Against the q/dq model, the package's
-# outputs at batch 3 have an SQNR near 0 dB: noise, with no error. It is the int8 conv with a
-# symbolic batch again: where ``torch.compile`` stopped on inductor's stride check (Step 2),
-# the package has no such check and computes on (torch 2.13, torchao 0.18).
+# outputs at batch 3 have an SQNR near 0 dB: noise, with no error. It is Step 2's bug: the
+# package declares ``conv1``'s output contiguous, oneDNN writes it channels-last, and the ReLU
+# loop inductor generated after it reads it in the declared layout.
 
 package_sqnr = sqnr(x86_model(clips(3)), runner(clips(3))).item()
 print(f"SQNR, the dynamic package against the q/dq model: {package_sqnr:.1f} dB")
 assert package_sqnr < 10, "wrong numbers, silently"
+
+# %%
+# The stride check that stopped ``torch.compile`` is compiled into the package too, but off: it
+# runs only when ``AOTI_RUNTIME_CHECK_INPUTS=1`` is set in the environment of the process
+# that loads the package. ``checked`` runs a package in a child process with it set.
+
+
+def checked(path, sizes) -> dict[int, str]:
+    """Each batch size run through a package in a child with AOTI_RUNTIME_CHECK_INPUTS=1:
+    "ran", or the first line of the error."""
+    code = f"""
+import torch
+runner = torch._inductor.aoti_load_package({str(path)!r})
+for size in {tuple(sizes)!r}:
+    try:
+        runner(torch.randn(size, 1, {FRAMES}, {COEFFICIENTS}))
+        print("ran")
+    except RuntimeError as error:
+        print(str(error).splitlines()[0])
+"""
+    env = {**os.environ, "AOTI_RUNTIME_CHECK_INPUTS": "1"}
+    child = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    return dict(zip(sizes, child.stdout.splitlines(), strict=True))
+
+
+# %%
+# With the check on, the package refuses batch 3, inside the bound, with Step 2's stride
+# error, and batch 5 for the bound. Without it, batch 5 runs.
+
+refusals = checked(package, (3, MAX_BATCH + 1))
+for size, line in refusals.items():
+    print(f"batch {size}: {line}")
+assert refusals[3].startswith("expected size 32==32, stride 1==490 at dim=1"), "the layout"
+assert refusals[5].endswith("expected to be <= 4, but got: 5"), "checked, batch 5 is refused"
+assert runner(clips(MAX_BATCH + 1)).shape == (MAX_BATCH + 1, KEYWORDS), "unchecked, it runs"
 
 # %%
 # The way out that keeps one package: compile it for the largest batch, static, and pad a
@@ -247,21 +298,21 @@ for size in (1, 3):
 assert kernels_ran(static_runner, (clips(MAX_BATCH),)) == int8_kernels, "the same int8 kernels"
 
 # %%
-# Past the bound, the dynamic package does not refuse by default: batch 5 runs. A package checks its
-# inputs against its shapes only when ``AOTI_RUNTIME_CHECK_INPUTS=1`` is set in the
-# environment of the process that runs it, as in this child process:
+# The way out that keeps the dynamic batch: leave the one-channel conv float
+# (``set_module_name_qconfig("conv1", None)``). A float conv is not prepacked under a symbolic
+# batch and writes the layout inductor declares; ``conv2`` and the linear stay int8. Its
+# package matches its q/dq model, passes ``compiled_package``'s check, and runs batch 3 with
+# ``AOTI_RUNTIME_CHECK_INPUTS=1``.
 
-assert runner(clips(MAX_BATCH + 1)).shape == (MAX_BATCH + 1, KEYWORDS), "batch 5 runs, unchecked"
-CHECKED = f"""
-import torch
-runner = torch._inductor.aoti_load_package({str(package)!r})
-runner(torch.randn({MAX_BATCH + 1}, 1, {FRAMES}, {COEFFICIENTS}))
-"""
-env = {**os.environ, "AOTI_RUNTIME_CHECK_INPUTS": "1"}
-child = subprocess.run([sys.executable, "-c", CHECKED], env=env, capture_output=True, text=True)
-refusal = [line for line in child.stderr.splitlines() if "Error" in line][-1]
-print(refusal)
-assert child.returncode != 0 and "4" in refusal, "checked, batch 5 is refused"
+stem_float = quantized(x86_quantizer().set_module_name_qconfig("conv1", None))
+stem_program = torch.export.export(stem_float, example, dynamic_shapes=dynamic_shapes)
+stem_package = compiled_package(stem_program, "spotter_conv1_float_1_4", kernel_profile=True)
+stem_runner = torch._inductor.aoti_load_package(str(stem_package))
+stem_sqnr = sqnr(stem_float(clips(3)), stem_runner(clips(3))).item()
+print(f"batch 3: SQNR {stem_sqnr:.1f} dB; {dict(kernels_ran(stem_runner, (clips(3),)))}")
+assert stem_sqnr > 30, "the q/dq model's numbers, with a dynamic batch"
+assert kernels_ran(stem_runner, (clips(3),))["qconv_pointwise"] == 1, "conv2 int8, conv1 float"
+assert checked(stem_package, (3,)) == {3: "ran"}, "the stride check passes"
 
 # %%
 # Step 4 — A .pte: the runtime at batch 1 and 4
@@ -298,16 +349,19 @@ for size in (1, MAX_BATCH):
 # %%
 # Step 5 — Memory planned for the largest batch
 # ---------------------------------------------
-# ExecuTorch plans the place of every tensor between instructions in one arena, ahead of time
-# (M06-2), and a dynamic tensor gets room for its upper bound: the plan's input is stored with
-# the largest shape. A static ``.pte`` at batch 1 needs about a quarter of one at batch 4.
+# ExecuTorch plans ahead of time, in one arena (M06-2), the tensors it holds between
+# instructions: the program's input and output, and what crosses between delegates. Inside a
+# delegate, XNNPACK keeps the convs' activations in a workspace of its own, outside the plan.
+# A dynamic tensor gets room for its upper bound: the plan's input is stored with the largest
+# shape. A static ``.pte``'s arena holds its input and output, so batch 4's is about four
+# times batch 1's, and smaller than ``conv1``'s int8 output alone (4 × 32 × 49 × 10 bytes).
 #
-# The dynamic ``.pte`` needs far more than either, for a reason of its own: ``flatten`` with a
+# The dynamic ``.pte``'s arena is far larger, for a reason of its own: ``flatten`` with a
 # symbolic batch is a view to ``[s0, 4000]``, and XNNPACK takes views to fixed shapes only
 # (M06-2's partitioner: ``_view``). The graph is cut in two delegates around it, and the
 # second conv's float output crosses between them through the arena, planned at batch 4:
-# 4 × 32 × 25 × 5 × 4 bytes. The bound is what the phone pays for: keep it tight, and look at
-# what a symbolic shape leaves outside the delegates.
+# 4 × 32 × 25 × 5 × 4 bytes. The bound sets what the plan reserves: keep it tight, and look
+# at what a symbolic shape leaves outside the delegates.
 
 
 def plan_of(pte: bytes):
@@ -333,6 +387,9 @@ for name, size in arena.items():
     print(f"{name:13} arena {size:9,} bytes, {delegates[name]} delegate(s)")
 assert dynamic_plan.values[dynamic_plan.inputs[0]].val.sizes == [MAX_BATCH, 1, FRAMES, COEFFICIENTS]
 assert arena["static 4"] > 3 * arena["static 1"], "a static arena grows with the batch"
+input_output = MAX_BATCH * (FRAMES * COEFFICIENTS + KEYWORDS) * 4  # float32 in and out
+conv1_int8 = MAX_BATCH * 32 * FRAMES * COEFFICIENTS  # one byte an element
+assert input_output <= arena["static 4"] < conv1_int8, "input and output; no conv activation"
 assert delegates == {"dynamic 1..4": 2, "static 1": 1, "static 4": 1}, "the flatten splits it"
 conv_output = MAX_BATCH * 32 * 25 * 5 * 4  # float32, planned at batch 4
 assert conv_output < arena["dynamic 1..4"] < conv_output + arena["static 4"], "and costs that"
@@ -361,8 +418,10 @@ assert forward.execute([clips(2)])[0].shape == (2, KEYWORDS), "and the method st
 # ============================  ========================  =================================
 # q/dq model (export's Dim)     one graph                 ``Guard failed: x.size()[0] <= 4``
 # ``torch.compile``             one compile per size      compiles a fifth graph
-# AOTInductor package           int8 kernels, but noise;  runs, unchecked
-#                               pad to a static 4
+# AOTInductor package           int8 kernels, but noise   runs, unchecked
+#                               (one-channel ``conv1``);
+#                               pad to a static 4, or
+#                               leave ``conv1`` float
 # ``.pte`` on ExecuTorch        one program, arena for 4  ``set_inputs() ... 0x10``
 # ============================  ========================  =================================
 #
@@ -370,8 +429,11 @@ assert forward.execute([clips(2)])[0].shape == (2, KEYWORDS), "and the method st
 #   ``to_executorch(..., dynamic_shapes=...)`` carries the range to the ``.pte``.
 # - Prove int8 where it runs: ``kernels_run`` (compiled), ``kernels_ran`` on a package compiled
 #   with ``kernel_profile=True``, ``operators_run`` (the ``.pte``'s ETDump); and check the
-#   numbers too: a dynamic AOTInductor package ran int8 kernels and gave noise. A package
-#   checks its input shapes only under ``AOTI_RUNTIME_CHECK_INPUTS=1``.
+#   numbers too: a dynamic AOTInductor package ran int8 kernels and gave noise, since its
+#   first int8 conv reads one channel (torch 2.13). ``compiled_package`` compares a package
+#   with its program before handing it out.
+# - A package checks its input shapes, and its kernels' output strides, only under
+#   ``AOTI_RUNTIME_CHECK_INPUTS=1``: that refuses batch 5, and this package at batch 3 too.
 #
 # Exercises
 # ---------
@@ -400,15 +462,40 @@ assert forward.execute([clips(2)])[0].shape == (2, KEYWORDS), "and the method st
 #          print(f"{wider_arena:,} bytes")
 #          assert wider_arena > 1.9 * arena["dynamic 1..4"], "about twice: planned for 8"
 #
-# 2. Run ``operators_run`` on a batch of 3, a size never used to build or check the ``.pte``.
-#    Predict the int8 operators.
+# 2. Widen the stem instead: give the spotter three input channels (the MFCCs with their
+#    deltas and delta-deltas, ``nn.Conv2d(3, 32, (5, 3), padding=(2, 1))``), every conv int8.
+#    Predict whether ``compiled_package`` accepts its dynamic package, and how that package's
+#    outputs at batch 3 compare with those of a static package compiled for batch 3.
 #
 #    .. dropdown:: Solution
 #
 #       .. code-block:: python
 #
-#          three = operators_run(program.buffer, [clips(3)])
-#          assert three.int8 == operators_run(program.buffer, [clips(1)]).int8, "the same"
+#          wide = Spotter().eval()
+#          wide.conv1 = nn.Conv2d(3, 32, (5, 3), padding=(2, 1))
+#          wide_clips = [torch.randn(size, 3, FRAMES, COEFFICIENTS) for size in (2, 3)]
+#          wide_export = torch.export.export(
+#              wide, (wide_clips[0],), dynamic_shapes=dynamic_shapes
+#          )
+#          prepared = prepare_pt2e(wide_export.module(), x86_quantizer())
+#          for batch in wide_clips:
+#              prepared(batch)
+#          wide_int8 = convert_pt2e(prepared)
+#          wide_program = torch.export.export(
+#              wide_int8, (wide_clips[0],), dynamic_shapes=dynamic_shapes
+#          )
+#          wide_runner = torch._inductor.aoti_load_package(
+#              str(compiled_package(wide_program, "spotter_3_channels_1_4"))  # checked
+#          )
+#          three = torch.export.export(wide_int8, (wide_clips[1],))  # static, batch 3
+#          three_runner = torch._inductor.aoti_load_package(
+#              str(compiled_package(three, "spotter_3_channels_3"))
+#          )
+#          dynamic_out = wide_runner(wide_clips[1])
+#          print(f"{sqnr(wide_int8(wide_clips[1]), dynamic_out).item():.1f} dB")
+#          assert torch.equal(dynamic_out, three_runner(wide_clips[1])), (
+#              "three channels: the static package's numbers, bit for bit"
+#          )
 #
 # Further reading
 # ---------------
@@ -420,6 +507,10 @@ assert forward.execute([clips(2)])[0].shape == (2, KEYWORDS), "and the method st
 #
 # Next
 # ----
+# :ref:`M06-5 · int8 in, int8 out
+# <sphx_glr_lessons_m06_executorch_m06_5_int8_inputs_and_outputs.py>` takes the last float off
+# the program's edges: a ``.pte`` whose input and output are int8.
+#
 # The errors at the bound, and the ones ExecuTorch users report most, are on
 # :ref:`Troubleshooting: ExecuTorch and XNNPACK
 # <sphx_glr_lessons_troubleshooting_m99_5_executorch_and_xnnpack.py>`.

@@ -22,6 +22,9 @@ that explains it.
 # with ``X86InductorQuantizer`` as the lowering lessons do.
 
 import copy
+import os
+import subprocess
+import sys
 import warnings
 
 import torch
@@ -199,9 +202,13 @@ with expect_error(AssertionError, match="expected size 8==8, stride 1==64 at dim
 
 # %%
 # **Cause**: on the second batch size dynamo recompiles with a *dynamic* batch dimension.
-# In that code inductor checks the int8 conv's output for a contiguous (NCHW) layout, stride
-# 64 across the 8 channels, while oneDNN's int8 conv returns it channels-last (NHWC), stride 1:
-# two parts of inductor disagree (torch 2.13, torchao 0.18).
+# For an int8 conv whose input has **one channel** (``conv1`` here, on grey images), inductor
+# then declares the output contiguous (NCHW), stride 64 across the 8 channels: a rule written
+# for the float conv, which is not prepacked under a symbolic batch and does write NCHW from
+# one channel (``_prepare_convolution_fusion_create`` in ``torch/_inductor/mkldnn_ir.py``).
+# oneDNN's prepacked int8 conv returns it channels-last (NHWC), stride 1, and the compiled
+# code's check of the strides stops (torch 2.13, torchao 0.18). The next entry but one has
+# the trigger in a few lines.
 #
 # **Fix**: ``torch.compile(model, dynamic=False)``: every batch size gets code of its own,
 # frozen, as the previous entry showed. Serve a few fixed batch sizes, or pad to them.
@@ -250,11 +257,14 @@ assert ran_frozen["qconv_pointwise"] and "convolution" not in ran_frozen, "int8 
 # ---------------------------------------------------------------
 # The converted model, exported with a dynamic batch and compiled with freezing, runs int8
 # kernels (the profiler shows them), and its outputs are noise: an SQNR near 0 dB against the
-# q/dq model, and no error.
+# q/dq model, and no error. (``check=False`` asks ``compiled_package`` for it unchecked: the
+# fix shows why.)
 
 up_to_8 = ({0: Dim("batch", min=1, max=8)},)
 dynamic_program = torch.export.export(narrow, (images[:8],), dynamic_shapes=up_to_8)
-dynamic_package = compiled_package(dynamic_program, "digits_int8_batch_1_8", kernel_profile=True)
+dynamic_package = compiled_package(
+    dynamic_program, "digits_int8_batch_1_8", kernel_profile=True, check=False
+)
 noisy = torch._inductor.aoti_load_package(str(dynamic_package))
 noise = sqnr(narrow(images[:5]), noisy(images[:5])).item()
 print(f"{dict(kernels_ran(noisy, (images[:5],)))}; SQNR {noise:.1f} dB")
@@ -263,13 +273,72 @@ assert noise < 10 and kernels_ran(noisy, (images[:5],))["qconv_pointwise"], (
 )
 
 # %%
-# **Cause**: the int8 conv with a symbolic batch again. The code ``torch.compile`` generates
-# checks the conv output's strides and stops (the stride entry above); the AOTInductor
-# package's code has no such check and computes on (torch 2.13, torchao 0.18; not isolated
-# further).
-#
-# **Fix**: a static package per batch size, or one for the largest batch with smaller batches
-# padded with zeros (each sample is computed on its own). Explained in
+# **Cause**: the stride entry's bug, without the stop. The package declares ``conv1``'s output
+# contiguous (one input channel, a symbolic batch), oneDNN writes it channels-last, and the
+# code inductor generated after the conv reads it in the declared layout. The stride check is
+# compiled into the package too, but runs only when ``AOTI_RUNTIME_CHECK_INPUTS=1`` is set in
+# the environment of the process that loads it; with it, batch 5, inside the bound, stops
+# with the stride entry's message:
+
+CHECKED = f"""
+import torch
+runner = torch._inductor.aoti_load_package({str(dynamic_package)!r})
+runner(torch.zeros(5, 1, 8, 8))
+"""
+env = {**os.environ, "AOTI_RUNTIME_CHECK_INPUTS": "1"}
+child = subprocess.run([sys.executable, "-c", CHECKED], env=env, capture_output=True, text=True)
+refusal = next(line for line in child.stderr.splitlines() if line.startswith("RuntimeError"))
+print(refusal[:80])
+assert refusal.startswith("RuntimeError: expected size 8==8, stride 1==64 at dim=1"), "batch 5"
+
+# %%
+# The trigger in a few lines, with no helper of this course, to report upstream: an int8 conv
+# and a flatten, packaged with a batch from 1 to 4. One input channel gives noise, near 0 dB;
+# three give the q/dq model's numbers up to the int8 kernels' rounding, well above 10 dB on
+# either kernel path.
+
+import torch
+from torch.export import Dim, export
+from torchao.quantization.pt2e import quantize_pt2e
+from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as x86
+
+
+def package_sqnr(channels: int) -> float:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(channels, 8, 3), torch.nn.Flatten()).eval()
+    x, batch = torch.randn(3, channels, 6, 5), ({0: Dim("batch", min=1, max=4)},)
+    config = x86.get_default_x86_inductor_quantization_config()
+    prepared = quantize_pt2e.prepare_pt2e(
+        export(model, (x,), dynamic_shapes=batch).module(),
+        x86.X86InductorQuantizer().set_global(config),
+    )
+    prepared(x)
+    q = quantize_pt2e.convert_pt2e(prepared)
+    with torch.no_grad():
+        exported = export(q, (x,), dynamic_shapes=batch)
+        path = torch._inductor.aoti_compile_and_package(
+            exported, inductor_configs={"freezing": True}
+        )
+        out, ref = torch._inductor.aoti_load_package(path)(x), q(x)
+    return (10 * torch.log10(ref.pow(2).mean() / (ref - out).pow(2).mean())).item()
+
+
+by_channels = {channels: package_sqnr(channels) for channels in (1, 3)}
+print({channels: f"{db:.1f} dB" for channels, db in by_channels.items()})
+assert by_channels[1] < 10 < by_channels[3], "one input channel: noise; three: int8 rounding"
+
+# %%
+# **Fix**: check the numbers. ``common.aoti.compiled_package`` compares a package's outputs
+# with its program's before handing it out, and refuses this one:
+
+with expect_error(RuntimeError, match="computes other numbers than the program"):
+    compiled_package(dynamic_program, "digits_int8_batch_1_8", kernel_profile=True)
+
+# %%
+# Then serve a static package per batch size, or one for the largest batch with smaller
+# batches padded with zeros (each sample is computed on its own); or keep the dynamic batch
+# and leave the one-channel conv float (``set_module_name_qconfig("conv1", None)``), or give
+# it more input channels, as the three channels above. Explained in
 # :ref:`M06-4 · Shapes that change <sphx_glr_lessons_m06_executorch_m06_4_shapes_that_change.py>`.
 
 static_runner = torch._inductor.aoti_load_package(str(frozen))  # the batch-8 package above

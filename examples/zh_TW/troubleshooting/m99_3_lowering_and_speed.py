@@ -21,6 +21,9 @@ Transformer。每個條目的標題是錯誤訊息的第一行原文（或讀者
 # ``X86InductorQuantizer`` 量化。
 
 import copy
+import os
+import subprocess
+import sys
 import warnings
 
 import torch
@@ -125,7 +128,7 @@ assert ran.float and not ran.int8, "浮點數 conv，沒有 int8 kernel"
 # %%
 # **原因**：inductor 只在關閉梯度時才會做 freezing（ ``torch/_inductor/compile_fx.py`` ：
 # ``if config.freezing and not torch.is_grad_enabled()`` ）；開著梯度時，它為訓練編譯模型，
-# weight 是輸入，找不到 int8 的樣式，也沒有任何警告。
+# weight 是輸入，找不到 int8 的模式，也沒有任何警告。
 #
 # **修正**：在 ``torch.no_grad()`` （或 ``torch.inference_mode()`` ）之下編譯與呼叫。dynamo
 # 的 guard 會檢查梯度模式，所以同一個編譯過的模型會重新編譯，這次有 freezing。公平比速度的方法見
@@ -193,10 +196,13 @@ with expect_error(AssertionError, match="expected size 8==8, stride 1==64 at dim
         dynamic(images[:100])
 
 # %%
-# **原因**：遇到第二個批次大小時，dynamo 以「動態」的批次維度重新編譯。在那份程式碼裡，inductor
-# 預期 int8 conv 的輸出是連續的（NCHW）排列，8 個通道之間的 stride 是 64；oneDNN 的 int8 conv
-# 回傳的卻是 channels-last（NHWC），stride 是 1：inductor 的兩個部分彼此不一致（torch 2.13、
-# torchao 0.18）。
+# **原因**：遇到第二個批次大小時，dynamo 以「動態」的批次維度重新編譯。對輸入只有
+# **一個通道** 的 int8 conv（這裡是處理灰階影像的 ``conv1`` ），inductor 這時宣告它的輸出是
+# 連續的（NCHW），8 個通道之間的 stride 是 64：這條規則是為浮點數 conv 寫的，批次為符號時
+# 浮點數 conv 不預先打包，從一個通道確實寫出 NCHW（ ``torch/_inductor/mkldnn_ir.py`` 的
+# ``_prepare_convolution_fusion_create`` ）。預先打包的 oneDNN int8 conv 回傳的卻是通道在後
+# （NHWC），stride 是 1，編譯出的程式碼檢查 stride 時就停下（torch 2.13、torchao 0.18）。
+# 再下一個條目用幾行程式重現這個觸發條件。
 #
 # **修正**：``torch.compile(model, dynamic=False)`` ：每個批次大小都有自己的程式碼，
 # 同樣經過 freezing，如上一個條目所示。只服務少數幾個固定的批次大小，或把輸入補齊到這些
@@ -209,11 +215,11 @@ inductor_config.freezing = False
 torch.set_num_threads(threads)
 
 # %%
-# AOTInductor 封裝檔執行的是 float conv（編譯時沒有 freezing）
-# ------------------------------------------------------------
-# ``aoti_compile_and_package`` 編譯 convert 之後的模型時沒有任何錯誤，封裝檔能載入、輸出也
-# 正確，卻沒有執行任何 int8 kernel：它的 conv 是 float 的，而且不會有任何提示
-# （pytorch/ao#4566，仍未關閉）。以 ``kernel_profile=True`` 編譯時，載入的封裝檔在 profiler
+# AOTInductor 套件執行的是浮點數 conv（編譯時沒有 freezing）
+# ----------------------------------------------------------
+# ``aoti_compile_and_package`` 編譯 convert 之後的模型時沒有任何錯誤，套件能載入、輸出也
+# 正確，卻沒有執行任何 int8 kernel：它的 conv 以浮點數計算，而且不會有任何提示
+# （pytorch/ao#4566，仍未關閉）。以 ``kernel_profile=True`` 編譯時，載入的套件在 profiler
 # 下會列出它執行的 kernel（ ``common.aoti.kernels_ran`` ）：
 
 program = torch.export.export(narrow, (images[:8],))
@@ -221,47 +227,110 @@ plain = compiled_package(program, "digits_int8_no_freezing", freezing=False, ker
 ran_plain = kernels_ran(torch._inductor.aoti_load_package(str(plain)), (images[:8],))
 print(dict(ran_plain))
 assert "convolution" in ran_plain and not any(k.startswith("q") for k in ran_plain), (
-    "float conv，沒有 int8"
+    "浮點數 conv，沒有 int8"
 )
 
 # %%
 # **原因**：inductor 把 dq → conv → q 融合成 oneDNN int8 kernel 的 pass 屬於 freezing：它要先
-# 把 weight 當成常數才能預先打包。沒有 freezing 時，weight 是編譯後程式碼的輸入，q/dq 樣式被
-# 寫成反量化的算術加上 float conv，和沒有 freezing 的 ``torch.compile`` 一樣（M03-3）。
+# 把 weight 當成常數才能預先打包。沒有 freezing 時，weight 是編譯後程式碼的輸入，q/dq 模式被
+# 寫成反量化的算術加上浮點數 conv，和沒有 freezing 的 ``torch.compile`` 一樣（M03-3）。
 #
 # **修正**：編譯時設定 ``inductor_configs={"freezing": True}`` （ ``compiled_package`` 的預設），
-# 再以 profiler 確認載入的封裝檔執行的是 ``qconv_pointwise`` 。說明見
+# 再以 profiler 確認載入的套件執行的是 ``qconv_pointwise`` 。說明見
 # :ref:`M03-4 · 部署 int8 模型 <sphx_glr_lessons_m03_lowering_m03_4_shipping.py>`。
 
 frozen = compiled_package(program, "digits_int8_frozen", kernel_profile=True)
 ran_frozen = kernels_ran(torch._inductor.aoti_load_package(str(frozen)), (images[:8],))
 print(dict(ran_frozen))
-assert ran_frozen["qconv_pointwise"] and "convolution" not in ran_frozen, "int8 conv，沒有 float"
+assert ran_frozen["qconv_pointwise"] and "convolution" not in ran_frozen, (
+    "int8 conv，沒有浮點數 conv"
+)
 
 # %%
-# 動態批次的 AOTInductor 封裝檔輸出錯誤
-# -------------------------------------
-# convert 之後的模型以動態批次匯出、以 freezing 編譯：封裝檔執行的是 int8 kernel（profiler
-# 看得到），輸出卻是雜訊：和 q/dq 模型相比 SQNR 接近 0 dB，而且沒有任何錯誤。
+# 動態批次的 AOTInductor 套件輸出錯誤
+# -----------------------------------
+# convert 之後的模型以動態批次匯出、以 freezing 編譯：套件執行的是 int8 kernel（profiler
+# 看得到），輸出卻是雜訊：和 q/dq 模型相比 SQNR 接近 0 dB，而且不報任何錯。
+# （ ``check=False`` 向 ``compiled_package`` 要一個不經檢查的套件：原因見修正。）
 
 up_to_8 = ({0: Dim("batch", min=1, max=8)},)
 dynamic_program = torch.export.export(narrow, (images[:8],), dynamic_shapes=up_to_8)
-dynamic_package = compiled_package(dynamic_program, "digits_int8_batch_1_8", kernel_profile=True)
+dynamic_package = compiled_package(
+    dynamic_program, "digits_int8_batch_1_8", kernel_profile=True, check=False
+)
 noisy = torch._inductor.aoti_load_package(str(dynamic_package))
 noise = sqnr(narrow(images[:5]), noisy(images[:5])).item()
 print(f"{dict(kernels_ran(noisy, (images[:5],)))}; SQNR {noise:.1f} dB")
 assert noise < 10 and kernels_ran(noisy, (images[:5],))["qconv_pointwise"], "int8 kernel，數值錯誤"
 
 # %%
-# **原因**：又是批次為符號時的 int8 conv。``torch.compile`` 產生的程式碼會檢查 conv 輸出的
-# stride 並停下（上面 stride 的條目）；AOTInductor 封裝檔的程式碼沒有這項檢查，就照樣算下去
-# （torch 2.13、torchao 0.18；沒有再深入追查）。
-#
-# **修正**：每種批次大小各編譯一個靜態封裝檔，或只為最大的批次編譯一個，較小的批次以 0 補齊
-# （每個樣本各自計算）。說明見
+# **原因**：就是 stride 那個條目的錯誤，只是沒有停下。套件宣告 ``conv1`` 的輸出是連續的
+# （一個輸入通道、批次為符號），oneDNN 寫出的卻是通道在後，而 inductor 在這個 conv 之後產生的
+# 程式碼照宣告的記憶體配置讀取它。stride 檢查也編譯進了套件，但只有在載入套件的行程的環境
+# 變數裡設定 ``AOTI_RUNTIME_CHECK_INPUTS=1`` 時才會執行；設定之後，上限以內的批次 5 就停在
+# stride 那個條目的訊息：
+
+CHECKED = f"""
+import torch
+runner = torch._inductor.aoti_load_package({str(dynamic_package)!r})
+runner(torch.zeros(5, 1, 8, 8))
+"""
+env = {**os.environ, "AOTI_RUNTIME_CHECK_INPUTS": "1"}
+child = subprocess.run([sys.executable, "-c", CHECKED], env=env, capture_output=True, text=True)
+refusal = next(line for line in child.stderr.splitlines() if line.startswith("RuntimeError"))
+print(refusal[:80])
+assert refusal.startswith("RuntimeError: expected size 8==8, stride 1==64 at dim=1"), "批次 5"
+
+# %%
+# 用幾行程式重現觸發條件，不用這門課的任何輔助函式，可以直接回報給上游：一個 int8 conv 接著
+# ``flatten`` ，以 1 到 4 的批次打包成套件。一個輸入通道得到雜訊，接近 0 dB；三個通道得到
+# q/dq 模型的數值，只差在 int8 kernel 的捨入，在兩種 kernel 路徑上都遠高於 10 dB。
+
+import torch
+from torch.export import Dim, export
+from torchao.quantization.pt2e import quantize_pt2e
+from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as x86
+
+
+def package_sqnr(channels: int) -> float:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(channels, 8, 3), torch.nn.Flatten()).eval()
+    x, batch = torch.randn(3, channels, 6, 5), ({0: Dim("batch", min=1, max=4)},)
+    config = x86.get_default_x86_inductor_quantization_config()
+    prepared = quantize_pt2e.prepare_pt2e(
+        export(model, (x,), dynamic_shapes=batch).module(),
+        x86.X86InductorQuantizer().set_global(config),
+    )
+    prepared(x)
+    q = quantize_pt2e.convert_pt2e(prepared)
+    with torch.no_grad():
+        exported = export(q, (x,), dynamic_shapes=batch)
+        path = torch._inductor.aoti_compile_and_package(
+            exported, inductor_configs={"freezing": True}
+        )
+        out, ref = torch._inductor.aoti_load_package(path)(x), q(x)
+    return (10 * torch.log10(ref.pow(2).mean() / (ref - out).pow(2).mean())).item()
+
+
+by_channels = {channels: package_sqnr(channels) for channels in (1, 3)}
+print({channels: f"{db:.1f} dB" for channels, db in by_channels.items()})
+assert by_channels[1] < 10 < by_channels[3], "一個輸入通道：雜訊；三個：只差在 int8 捨入"
+
+# %%
+# **修正**：檢查數值。 ``common.aoti.compiled_package`` 交出套件之前，會拿它的輸出和它的程式
+# 比對，並拒絕這個套件：
+
+with expect_error(RuntimeError, match="computes other numbers than the program"):
+    compiled_package(dynamic_program, "digits_int8_batch_1_8", kernel_profile=True)
+
+# %%
+# 接著，每種批次大小各編譯一個靜態套件，或只為最大的批次編譯一個，較小的批次以 0 補齊
+# （每個樣本各自計算）；或保留動態批次，讓只有一個通道的 conv 留在浮點數
+# （ ``set_module_name_qconfig("conv1", None)`` ），或像上面的三個通道那樣，給它更多輸入
+# 通道。說明見
 # :ref:`M06-4 · 會變的形狀 <sphx_glr_lessons_m06_executorch_m06_4_shapes_that_change.py>`。
 
-static_runner = torch._inductor.aoti_load_package(str(frozen))  # 上面批次 8 的封裝檔
+static_runner = torch._inductor.aoti_load_package(str(frozen))  # 上面批次 8 的套件
 filler = images[:3].new_zeros(3, *images.shape[1:])
 padded = static_runner(torch.cat([images[:5], filler]))[:5]
 padded_sqnr = sqnr(narrow(images[:5]), padded).item()

@@ -5,7 +5,8 @@ quantizers and checks here are theirs too.
 
 The int8 counts are checked against an independent count from the converted graph: after
 ``convert_pt2e``, an op the report calls int8 reads every input it computes on from a
-``dequantize`` node (or, fused, straight from the int8 conv before it), and a float op does not.
+``dequantize`` node (or, fused, straight from the int8 conv before it), and a float op does not;
+attention aside, float even on dequantized q, k and v (no backend here has an int8 one).
 """
 
 import functools
@@ -81,6 +82,19 @@ class MatmulHead(nn.Module):
         return torch.bmm(torch.matmul(h, h.transpose(1, 2)), h)
 
 
+class SdpaBlock(nn.Module):
+    """q, k, v linears -> F.scaled_dot_product_attention -> an output linear: attention
+    between int8 linears, its q, k, v their quantized outputs (M07-4's atlas row)."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.v, self.out = (nn.Linear(16, 16) for _ in range(4))
+
+    def forward(self, x):
+        attention = nn.functional.scaled_dot_product_attention(self.q(x), self.k(x), self.v(x))
+        return self.out(attention)
+
+
 class PooledHead(nn.Module):
     """conv -> relu -> pool -> flatten -> linear: the classifier's head, an input reshaped."""
 
@@ -103,6 +117,7 @@ MODELS = {
     "residual": (Residual, IMAGES),
     "squeeze_excite": (SqueezeExcite, IMAGES),
     "matmul_head": (MatmulHead, TOKENS),
+    "sdpa_block": (SdpaBlock, TOKENS),
     "pooled_head": (PooledHead, IMAGES),
     "encoder_layer": (encoder_layer, TOKENS),
 }
@@ -184,6 +199,12 @@ COUNTS = [
     ("matmul_head", "openvino", {"linear": (1, 1), "matmul": (0, 2)}),
     ("pooled_head", "x86", {"conv": (1, 1), "linear": (1, 1)}),
     ("pooled_head", "openvino", {"conv": (1, 1), "linear": (1, 1)}),  # observed before flatten
+    # No quantizer annotates SDPA itself: float between its int8 linears, though XNNPACK's and
+    # OpenVINO's q, k, v are quantized (the linears' outputs) and its output is quantized again.
+    ("sdpa_block", "x86", {"linear": (4, 4), "attention": (0, 1)}),
+    ("sdpa_block", "xnnpack", {"linear": (4, 4), "attention": (0, 1)}),
+    ("sdpa_block", "openvino", {"linear": (4, 4), "attention": (0, 1)}),
+    ("sdpa_block", "arm", {"linear": (4, 4), "attention": (0, 1)}),
 ]
 
 
@@ -214,9 +235,9 @@ def int8_in_converted_graph(model, quantizer, args) -> set[str]:
     found = set()
     for node in converted.graph.nodes:
         kind = COMPUTE_OPS.get(node.target) if node.op == "call_function" else None
-        if not kind:
-            continue
-        inputs = node.args[:3] if kind == "attention" else node.args[:2]
+        if not kind or kind == "attention":  # no int8 attention kernel: float between int8
+            continue  # linears even on dequantized q, k, v (XNNPACK's float bmm; M07-4)
+        inputs = node.args[:2]
         inputs = [_through_reshapes(a) for a in inputs if isinstance(a, torch.fx.Node)]
         if kind in ("add", "mul") and len(inputs) < 2:
             continue
@@ -266,6 +287,17 @@ def test_the_residual_add_is_int8_fused_with_its_conv_under_x86():
     assert add.status == "int8 fused" and "fused with conv2d_1" in add.reason
 
 
+@pytest.mark.parametrize("quantizer", ["xnnpack", "openvino"])
+def test_attention_on_quantized_q_k_v_is_float_without_an_annotation_of_its_own(quantizer):
+    """XNNPACK and OpenVINO quantize q, k and v (the linears' outputs) and SDPA's output (the
+    next linear's input), but annotate nothing on SDPA: it computes in float between them."""
+    gm, _ = exported("sdpa_block")
+    sdpa = coverage(gm, QUANTIZERS[quantizer]())["scaled_dot_product_attention"]
+    assert sdpa.status == "float", sdpa
+    if quantizer == "openvino":  # its annotation there is the output spec, for the next linear
+        assert "annotated only its output" in sdpa.reason, sdpa.reason
+
+
 def test_the_report_leaves_the_model_unchanged():
     gm, args = exported("residual")
     before = gm.code
@@ -285,6 +317,63 @@ def test_a_reused_module_fails_x86_with_the_fix_named():
 def test_strict_export_fixes_the_reused_module():
     program = torch.export.export(Residual(reuse_relu=True).eval(), IMAGES, strict=True)
     assert coverage(program.module(), x86()).counts() == {"conv": (2, 2), "add": (1, 1)}
+
+
+class UnderNoGrad(nn.Module):
+    """conv -> relu in a ``forward`` decorated with ``@torch.no_grad()``: export wraps the body
+    in a ``wrap_with_set_grad_enabled`` subgraph, which prepare_pt2e does not annotate."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(8, 8, 3, padding=1)
+
+    @torch.no_grad()
+    def forward(self, x):
+        return torch.relu(self.conv(x))
+
+
+def first_lines(report: Coverage, lang: str) -> set[str]:
+    """The first line of each text the report prints, in ``lang``."""
+    texts = (
+        report.summary(lang=lang),
+        report.table(lang=lang),
+        report.grouped(lang=lang),
+        side_by_side(report, lang=lang),
+        spec_table(report, lang=lang),
+    )
+    return {text.splitlines()[0] for text in texts}
+
+
+def test_a_quantizer_that_annotates_nothing_is_said_first_to_quantize_nothing():
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import XNNPACKQuantizer
+
+    gm, _ = exported("residual")
+    report = coverage(gm, XNNPACKQuantizer())  # no set_global: no config, no observer
+    assert first_lines(report, "en") == {
+        "XNNPACKQuantizer: nothing was quantized: prepare_pt2e inserted no observer (the "
+        "quantizer annotated no node of this graph)"
+    }
+    assert first_lines(report, "zh_TW") == {
+        "XNNPACKQuantizer：什麼都沒有被量化：prepare_pt2e 沒有插入任何 observer（quantizer "
+        "沒有標註這張圖的任何 node）"
+    }
+    assert coverage(gm, xnnpack()).nothing_quantized is None, "a quantized graph: no such line"
+
+
+@pytest.mark.parametrize("quantizer", ["x86", "xnnpack"])
+def test_a_forward_under_no_grad_is_named_as_why_nothing_was_quantized(quantizer):
+    torch.manual_seed(0)
+    report = coverage(export_module(UnderNoGrad().eval(), IMAGES), QUANTIZERS[quantizer]())
+    (english,) = first_lines(report, "en")
+    assert english.startswith(f"{report.label}: nothing was quantized: the model's ops are inside")
+    (chinese,) = first_lines(report, "zh_TW")
+    assert chinese.startswith(f"{report.label}：什麼都沒有被量化：模型的運算都在")
+    for line in (english, chinese):
+        assert "wrap_with_set_grad_enabled" in line and "@torch.no_grad()" in line, line
+        assert "with torch.no_grad():" in line, "the fix"
+    with torch.no_grad():  # the fix: the same model exported under no_grad is quantized
+        fixed = coverage(export_module(UnderNoGrad().eval(), IMAGES), QUANTIZERS[quantizer]())
+    assert fixed.nothing_quantized is None and fixed.counts() == {"conv": (1, 1)}
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,9 @@ API:
 - ``Coverage``: ``report[node]``, ``names(kind=, int8=, op=)``, ``statuses(op)``,
   ``counts()`` (kind -> (int8, all)), ``reasons()``, ``schemes(role)``, ``summary()``,
   ``table(only=)`` (``"float"``, ``"int8"`` or a kind), ``grouped(only=, with_layout=)``
-  (one row per op, status and reason, with a count: the short table for big models).
+  (one row per op, status and reason, with a count: the short table for big models);
+  ``nothing_quantized``: why, when ``prepare_pt2e`` inserted no observer (a ``forward`` under
+  ``@torch.no_grad()``), which each of its texts then says first.
 - ``side_by_side(*reports)``, ``spec_table(*reports)``: several quantizers on one graph.
 - ``MOVING_KINDS``: the kinds that move values without arithmetic. (The activations x86 fuses
   into the conv or linear before them: ``common.backends.x86.rules.X86_UNARY_FUSIONS``.)

@@ -31,9 +31,10 @@ def coverage(
     weight; both operands of add, mul, matmul; q, k, v of attention) an integer quantization
     spec, or when the quantizer annotated the output of the node that produces that input (an
     integer observer sits on the edge, or before a flatten/view/reshape: ``OpenVINOQuantizer``
-    annotates this way; for an op without weights, only when its output is quantized again),
-    or when
-    that input comes straight from the int8 conv or linear it is fused into (x86's conv + add).
+    annotates this way; for an op without weights, only when its output is quantized again;
+    never for attention, which only its own annotation makes int8: between int8 linears it
+    computes in float on their dequantized outputs), or when that input comes straight from
+    the int8 conv or linear it is fused into (x86's conv + add).
     A float op gets the reason that this quantizer's rules give for it, for
     ``X86InductorQuantizer`` and ExecuTorch's ``XNNPACKQuantizer``: op not in the
     quantizer's set, a linear recorded inside a module that is not an ``nn.Linear``
@@ -53,6 +54,11 @@ def coverage(
     and an op XNNPACK's partitioner refuses (its ``check_constraints``, as ``mean`` over
     anything but H and W of a 4-D tensor with ``keepdim``), which ExecuTorch's portable
     kernels then run in float even where the quantizer annotated it.
+
+    When ``prepare_pt2e`` puts no observer in the graph, every report the result prints says
+    first that nothing was quantized (``Coverage.nothing_quantized``), and why where the graph
+    shows it: a ``forward`` under ``@torch.no_grad()`` exports as a
+    ``wrap_with_set_grad_enabled`` subgraph, which ``prepare_pt2e`` does not annotate.
 
     Args:
         model: an exported graph, ``torch.export.export(model, args).module()``; not changed.
@@ -138,10 +144,42 @@ def _coverage(model, quantizer, *, label: str | None, every_op: bool) -> Coverag
         op = node.target._overloadpacket.__name__
         reason = said.render("en")
         ops.append(OpCoverage(name, op, kind, module, module_type, int8, mode, reason, specs, said))
+    nothing = _nothing_quantized(prepared)
     if label:
-        return Coverage(label, tuple(ops), every_op=every_op)
+        return Coverage(label, tuple(ops), every_op=every_op, nothing_quantized=nothing)
     said = _label(quantizer)
-    return Coverage(said.render("en"), tuple(ops), said, every_op=every_op)
+    return Coverage(
+        said.render("en"), tuple(ops), said, every_op=every_op, nothing_quantized=nothing
+    )
+
+
+def _nothing_quantized(graph: torch.fx.GraphModule) -> _Text | None:
+    """Why a prepared (or converted) graph quantizes nothing: no observer, fake quantize or
+    quantize node in it; None when it holds one.
+
+    A ``forward`` under ``@torch.no_grad()`` exports as one ``wrap_with_set_grad_enabled``
+    node calling a subgraph (``torch/_export/passes/replace_set_grad_with_hop_pass.py``);
+    ``prepare_pt2e`` annotates the top-level graph and goes into the subgraphs of ``scan`` and
+    ``while_loop`` only, so nothing in it is quantized.
+    """
+    nodes = graph.graph.nodes
+    if any(_is_observer(node) or _is_quantize(node) for node in nodes):
+        return None
+    wrapped = tuple(
+        node.args[1].target if isinstance(node.args[1], torch.fx.Node) else node.name
+        for node in nodes
+        if node.op == "call_function"
+        and node.target is torch.ops.higher_order.wrap_with_set_grad_enabled
+    )
+    if wrapped:
+        return _text("nothing quantized: no_grad", nodes=wrapped)
+    return _text("nothing quantized")
+
+
+def _is_quantize(node: torch.fx.Node) -> bool:
+    """A quantize node of a converted graph (``quantize_per_tensor``, ``quantize_affine``)."""
+    packet = getattr(node.target, "_overloadpacket", None) if node.op == "call_function" else None
+    return packet is not None and packet.__name__.startswith("quantize_")
 
 
 def _compute_nodes(model: torch.fx.GraphModule, *, every_op: bool) -> list[tuple[str, str]]:
@@ -293,6 +331,14 @@ def _classify(prepared, node, kind, rules) -> tuple[bool, str, _Text, tuple]:
     annotation = _annotation(node)
     specs = annotation.input_qspec_map if annotation is not None else {}
     raw = _computed_inputs(node, kind, observed=True)
+    if kind == "attention" and not specs:
+        # As for the ops beyond COMPUTE_OPS, only its own annotation makes it int8: q, k and v
+        # quantized as the outputs of int8 linears, and its output quantized for the next one,
+        # leave it float between them (XNNPACK lowers it to float bmm and softmax, OpenVINO
+        # runs it in bf16 or f32: M07-4).
+        if annotation is not None and annotation.output_qspec is not None:
+            return False, "", _text("output only"), ()  # OpenVINOQuantizer: for the op after it
+        return False, "", rules(node, kind, annotation, [_unobserved(a) for a in raw]), ()
     # An input not annotated as this op's input is quantized all the same when the quantizer
     # annotated its producer's output (an integer observer on the edge). An op without weights
     # then computes in int8 only when its output is quantized again, as a backend fuses

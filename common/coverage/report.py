@@ -99,15 +99,26 @@ class Coverage:
             table says ``X86InductorQuantizer（動態）``); None for a label given by hand.
         every_op: whether ``coverage`` was asked for every op (``every_op=True``); the
             summary then says "ops", not "compute ops".
+        nothing_quantized: None when ``prepare_pt2e`` put an observer in the graph; else why
+            nothing was quantized (a ``forward`` under ``@torch.no_grad()``, or no annotation
+            at all), which ``summary``, ``table`` and ``grouped`` say on their first line.
     """
 
     label: str
     ops: tuple
     said: _Text | None = field(default=None, compare=False, repr=False)
     every_op: bool = field(default=False, compare=False)
+    nothing_quantized: _Text | None = field(default=None, compare=False, repr=False)
 
     def _label_in(self, lang: str) -> str:
         return self.said.render(lang) if self.said is not None else self.label
+
+    def _alarm(self, lang: str) -> list[str]:
+        """The line that says nothing was quantized, and why, above what a report prints."""
+        if self.nothing_quantized is None:
+            return []
+        between = "：" if lang == "zh_TW" else ": "
+        return [f"{self._label_in(lang)}{between}{self.nothing_quantized.render(lang)}"]
 
     def __getitem__(self, node: str) -> OpCoverage:
         for op in self.ops:
@@ -159,6 +170,7 @@ class Coverage:
     def summary(self, *, lang: str | None = None) -> str:
         """Int8 ops out of all, per kind; then each float reason with its count, a line each
         (reasons that differ only in the nodes they name share a line, the nodes merged).
+        When nothing was quantized, a line that says so, and why, comes first.
 
         Args:
             lang: ``"en"`` or ``"zh_TW"``; the running lesson's (``lesson_language()``) when
@@ -176,13 +188,15 @@ class Coverage:
         label, count = self._label_in(lang), len(self.ops)
         if lang == "zh_TW":
             what = "運算" if self.every_op else "計算運算"
-            lines = [f"{label}：{count} 個{what}中有 {int8} 個是 int8（{kinds}）"]
+            kinds = f"（{kinds}）" if kinds else ""
+            lines = [f"{label}：{count} 個{what}中有 {int8} 個是 int8{kinds}"]
             lines += [f"  浮點數 ×{n}：{reason}" for n, reason in said]
         else:
             what = "ops" if self.every_op else "compute ops"
-            lines = [f"{label}: {int8} of {count} {what} int8 ({kinds})"]
+            kinds = f" ({kinds})" if kinds else ""
+            lines = [f"{label}: {int8} of {count} {what} int8{kinds}"]
             lines += [f"  float ×{n}: {reason}" for n, reason in said]
-        return "\n".join(lines)
+        return "\n".join([*self._alarm(lang), *lines])
 
     def _only(self, only: str | None, with_layout: bool = True) -> list[OpCoverage]:
         kinds = {op.kind for op in self.ops}
@@ -197,7 +211,8 @@ class Coverage:
         )
 
     def table(self, *, only: str | None = None, lang: str | None = None) -> str:
-        """A plain-text table: node, op, module, status, reason.
+        """A plain-text table: node, op, module, status, reason; under the line that says
+        nothing was quantized, when nothing was.
 
         Args:
             only: ``"float"`` or ``"int8"`` to list those ops only, or a kind (``"norm"``);
@@ -216,7 +231,7 @@ class Coverage:
             for op in chosen
         ]
         header = (words["node"], words["op"], words["module"], self._label_in(lang), words["why"])
-        return _format([header], rows)
+        return "\n".join([*self._alarm(lang), _format([header], rows)])
 
     def grouped(
         self, *, only: str | None = None, with_layout: bool = True, lang: str | None = None
@@ -225,7 +240,8 @@ class Coverage:
         together (kinds in the order the graph first uses them). Node names in a reason are
         merged (the first three, then ``…``). ``only`` as in ``table``; ``with_layout=False``
         leaves out the ops that only move values (kinds ``layout`` and ``slice``:
-        ``MOVING_KINDS``). No row: the header alone.
+        ``MOVING_KINDS``). No row: the header alone. When nothing was quantized, the line
+        that says so, and why, comes first.
 
         >>> from common.pt2e import export_module, x86_quantizer
         >>> net = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4), nn.ReLU())
@@ -256,7 +272,7 @@ class Coverage:
             )
         words = _HEADERS[lang]
         header = (words["kind"], words["op"], "n", self._label_in(lang), words["why"])
-        return _format([header], rows)
+        return "\n".join([*self._alarm(lang), _format([header], rows)])
 
 
 #: The fields of a reason that name nodes: ``grouped`` merges them across a group's members.
@@ -318,7 +334,8 @@ def side_by_side(*reports: Coverage, lang: str | None = None) -> str:
             omitted.
 
     Returns:
-        str: node, op, module, then each report's status (``int8 static``, ``float``, ...).
+        str: node, op, module, then each report's status (``int8 static``, ``float``, ...);
+        above it, for each report that quantized nothing, the line that says so.
 
     Raises:
         ValueError: if no report is given or they cover different nodes (other graphs).
@@ -339,7 +356,8 @@ def side_by_side(*reports: Coverage, lang: str | None = None) -> str:
         for i, op in enumerate(reports[0].ops)
     ]
     labels = (r._label_in(lang) for r in reports)
-    return _format([(words["node"], words["op"], words["module"], *labels)], rows)
+    table = _format([(words["node"], words["op"], words["module"], *labels)], rows)
+    return "\n".join([*(line for r in reports for line in r._alarm(lang)), table])
 
 
 def spec_table(*reports: Coverage, lang: str | None = None) -> str:
@@ -352,7 +370,8 @@ def spec_table(*reports: Coverage, lang: str | None = None) -> str:
 
     Returns:
         str: quantizer, activations, weights, int8 ops (``conv 3/3, add 1/1, ...``); a
-        quantizer that gave one role several specs lists them separated by ``/``.
+        quantizer that gave one role several specs lists them separated by ``/``; above it,
+        for each report that quantized nothing, the line that says so.
 
     Raises:
         ValueError: if no report is given.
@@ -368,5 +387,7 @@ def spec_table(*reports: Coverage, lang: str | None = None) -> str:
         )
         rows.append((report._label_in(lang), activations, weights, _kinds(report, lang)))
     if lang == "zh_TW":
-        return _format([("quantizer", "活化值", "weight", "int8 運算")], rows)
-    return _format([("quantizer", "activations", "weights", "int8 ops")], rows)
+        table = _format([("quantizer", "活化值", "weight", "int8 運算")], rows)
+    else:
+        table = _format([("quantizer", "activations", "weights", "int8 ops")], rows)
+    return "\n".join([*(line for r in reports for line in r._alarm(lang)), table])

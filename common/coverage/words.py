@@ -57,6 +57,29 @@ _TEXTS = {
             "留在浮點數（x86 的 linear + add 不在它前面放 quantize）"
         ),
     },
+    "nothing quantized": {
+        "en": (
+            "nothing was quantized: prepare_pt2e inserted no observer (the quantizer annotated "
+            "no node of this graph)"
+        ),
+        "zh_TW": (
+            "什麼都沒有被量化：prepare_pt2e 沒有插入任何 observer（quantizer 沒有標註這張圖的"
+            "任何 node）"
+        ),
+    },
+    "nothing quantized: no_grad": {
+        "en": (
+            "nothing was quantized: the model's ops are inside {nodes}, the "
+            "wrap_with_set_grad_enabled subgraph export makes of a forward under "
+            "@torch.no_grad(), and prepare_pt2e annotates only the top-level graph; export "
+            "the model inside a with torch.no_grad(): block, or drop the decorator"
+        ),
+        "zh_TW": (
+            "什麼都沒有被量化：模型的運算都在 {nodes} 裡，也就是匯出時把 @torch.no_grad() 底下的 "
+            "forward 寫成的 wrap_with_set_grad_enabled 子圖，而 prepare_pt2e 只標註最上層的圖；"
+            "請在 with torch.no_grad(): 區塊裡匯出模型，或拿掉這個裝飾器"
+        ),
+    },
     "label": {"en": "{name}", "zh_TW": "{name}"},
     "label dynamic": {"en": "{name} dynamic", "zh_TW": "{name}（動態）"},
 }

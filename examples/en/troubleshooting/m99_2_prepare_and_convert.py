@@ -3,8 +3,9 @@ Troubleshooting: prepare and convert
 ====================================
 
 The errors and silent failures of ``prepare_pt2e`` and ``convert_pt2e``: a reused activation
-module, a weight two modules share, observers and specs that do not fit together, a model
-converted without calibration, and a graph edit that ``constant_fold`` cannot survive. Each
+module, a weight two modules share, a module left float by name, observers and specs that do
+not fit together, a ``forward`` under ``@torch.no_grad()``, a model converted without
+calibration, and a graph edit that ``constant_fold`` cannot survive. Each
 entry is headed by the exact first line of the message (or the symptom in a reader's words),
 reproduces it on this site's stack (torch 2.13, torchao 0.18), shows the cause, asserts the
 fix, and links to the lesson that explains it.
@@ -130,6 +131,33 @@ assert op_counts(convert_pt2e(prepared))["quantize_per_tensor.default"] >= 2, (
 )
 
 # %%
+# A reused ``nn.Linear`` is reported under this heading too (pytorch/ao#4478), but on torchao
+# 0.18 it prepares and converts, and both calls of the one ``fc`` read int8 input (asserted
+# below). Compiled, a weight read by two linears has its own catch: M07-4's
+# "linear · weight shared" row.
+
+
+class ReusedLinear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 16)  # one module, called twice below
+
+    def forward(self, t):
+        return self.fc(torch.relu(self.fc(t)))
+
+
+tokens = (torch.randn(2, 16),)
+prepared = prepare_pt2e(export_module(ReusedLinear(), tokens), x86_quantizer())
+prepared(*tokens)
+linears = convert_pt2e(prepared).graph.find_nodes(
+    op="call_function", target=torch.ops.aten.linear.default
+)
+DQ_TENSOR = torch.ops.quantized_decomposed.dequantize_per_tensor.default
+assert len(linears) == 2 and all(n.args[0].target == DQ_TENSOR for n in linears), (
+    "both calls of the one linear read a dequantized int8 input"
+)
+
+# %%
 # A tied weight quantized twice (two modules share one weight)
 # ------------------------------------------------------------
 # Models tie weights: ``b.weight = a.weight``, or an embedding tied to the output linear.
@@ -206,6 +234,65 @@ print(f"observers of the tied weight: {observers}; int8 constants: {int8_constan
 assert len(observers) == 1 and len(int8_constants(once)) == 1, "one weight, one int8 tensor"
 
 # %%
+# AssertionError: quantization_config == None is not supported yet
+# ----------------------------------------------------------------
+# ``None`` as a module's config leaves that module float: ``X86InductorQuantizer`` takes
+# ``set_module_name_qconfig("b", None)``. Its ExecuTorch counterpart,
+# ``XNNPACKQuantizer().set_module_name("b", None)``, refuses at once, before any graph.
+
+with expect_error(AssertionError, match="quantization_config == None is not supported yet"):
+    xnnpack_quantizer().set_module_name("b", None)
+
+# %%
+# **Cause**: ``set_module_name`` asserts that its config is not ``None`` (ExecuTorch 1.5.1,
+# ``xnnpack_quantizer.py``); ``set_module_type`` asserts nothing, and ``None`` works there:
+# ``annotate`` skips a ``None`` config, and the global config skips every module named in
+# the two tables. But a type covers every module of that class: ``set_module_type(nn.Linear,
+# None)`` leaves both linears float, here ``a`` as well as ``b``.
+
+
+class TwoLinears(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b = nn.Linear(16, 16), nn.Linear(16, 16)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+def float_weights(quantizer) -> list[str]:
+    """The weights a converted ``TwoLinears`` still reads in float (not through a dequantize)."""
+    prepared = prepare_pt2e(export_module(TwoLinears(), (features,)), quantizer)
+    prepared(features)  # calibration
+    converted = convert_pt2e(prepared)
+    linears = converted.graph.find_nodes(op="call_function", target=torch.ops.aten.linear.default)
+    return [n.args[1].target for n in linears if n.args[1].op == "get_attr"]
+
+
+by_type = float_weights(xnnpack_quantizer().set_module_type(nn.Linear, None))
+print(f"float weights with set_module_type(nn.Linear, None): {by_type}")
+assert by_type == ["a.weight", "b.weight"], "every nn.Linear float, not only b"
+
+# %%
+# **Fix**: keep the global config and filter the one module out. ``set_filter_function``
+# takes a function of a node (every annotation must pass it), and torchao's
+# ``get_module_name_filter("b")`` tells whether a node was recorded in module ``b``: its
+# negation leaves ``b`` float and quantizes the rest, as ``X86InductorQuantizer``'s
+# ``set_module_name_qconfig("b", None)`` does. Leaving modules float by name and by type is
+# :ref:`M05-3 · Choosing what to quantize
+# <sphx_glr_lessons_m05_transformers_m05_3_choosing_what_to_quantize.py>`.
+
+from torchao.quantization.pt2e.quantizer import get_module_name_filter
+
+in_b = get_module_name_filter("b")
+by_filter = float_weights(xnnpack_quantizer().set_filter_function(lambda node: not in_b(node)))
+print(f"float weights with set_filter_function: {by_filter}")
+assert by_filter == ["b.weight"], "b float, a quantized"
+x86_by_name = float_weights(x86_quantizer().set_module_name_qconfig("b", None))
+assert x86_by_name == by_filter, "what X86InductorQuantizer does with None"
+
+# %%
 # Nothing got quantized (the observers are still in the graph after ``convert_pt2e``)
 # -----------------------------------------------------------------------------------
 # A quantizer whose specs use an observer from ``torch.ao.quantization`` (the old home of
@@ -241,6 +328,82 @@ calibrate(new)
 assert op_counts(convert_pt2e(new))["quantize_per_tensor.default"] == 2, (
     "the conv's input and output are quantized"
 )
+
+# %%
+# No quantize node after ``convert_pt2e``: ``forward`` has ``@torch.no_grad()``
+# -----------------------------------------------------------------------------
+# Inference code often decorates ``forward`` with ``@torch.no_grad()``. Such a model goes
+# through export, ``prepare_pt2e``, calibration and ``convert_pt2e`` without an error or a
+# warning, under ``X86InductorQuantizer`` and ``XNNPACKQuantizer`` alike, and comes out with
+# no quantize node: it still computes in float.
+
+
+class NoGradConvReLU(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+
+    @torch.no_grad()
+    def forward(self, x):
+        return torch.relu(self.conv(x))
+
+
+def quantize_nodes(model) -> dict[str, int]:
+    """Quantize nodes after export, prepare, calibration and convert, by quantizer."""
+    counts = {}
+    for quantizer in (x86_quantizer(), xnnpack_quantizer()):
+        prepared = prepare_pt2e(export_module(model, x), quantizer)
+        calibrate(prepared)
+        converted = convert_pt2e(prepared)
+        counts[type(quantizer).__name__] = op_counts(converted)["quantize_per_tensor.default"]
+    return counts
+
+
+decorated = quantize_nodes(NoGradConvReLU().eval())
+print(f"quantize nodes after convert_pt2e: {decorated}")
+assert decorated == {"X86InductorQuantizer": 0, "XNNPACKQuantizer": 0}, "nothing quantized"
+
+# %%
+# **Cause**, on the graph: export records the switch of grad mode as one node,
+# ``wrap_with_set_grad_enabled`` (a higher-order op, highlighted), which calls a subgraph,
+# ``submod_1``, holding the conv and the ReLU
+# (``torch/_export/passes/replace_set_grad_with_hop_pass.py``). The quantizer annotates the
+# nodes of the top-level graph, and ``prepare_pt2e`` goes into the subgraphs of ``scan`` and
+# ``while_loop`` only: it sees no conv, and inserts no observer. ``common.coverage`` says so
+# first, and why:
+
+from common.coverage import coverage
+
+graph = export_module(NoGradConvReLU().eval(), x)
+(wrapped,) = graph.graph.find_nodes(
+    op="call_function", target=torch.ops.higher_order.wrap_with_set_grad_enabled
+)
+body = graph.get_submodule(wrapped.args[1].target)
+print(f"{wrapped.args[1].target}: {[n.name for n in body.graph.nodes if n.op == 'call_function']}")
+draw(graph, highlight=[wrapped.name], title="The whole forward in one node")
+print(coverage(graph, x86_quantizer()).summary())
+assert body.graph.find_nodes(op="call_function", target=CONV), "the conv is in the subgraph"
+assert not graph.graph.find_nodes(op="call_function", target=CONV), "and not in the graph"
+
+# %%
+# **Fix**: take the decorator off ``forward`` and export inside ``with torch.no_grad():``
+# (where the model then runs too). Export keeps a switch of grad mode only when it changes
+# the mode export runs in, so the conv and the ReLU are in the top-level graph, and both
+# quantizers quantize them. Under ``with torch.no_grad():`` the decorated model exports
+# whole as well. What export records is
+# :ref:`M00-1 · Getting a graph <sphx_glr_lessons_m00_graphs_m00_1_getting_a_graph.py>`.
+
+
+class ConvReLU(NoGradConvReLU):
+    def forward(self, x):
+        return torch.relu(self.conv(x))
+
+
+with torch.no_grad():
+    undecorated = quantize_nodes(ConvReLU().eval())
+    assert quantize_nodes(NoGradConvReLU().eval()) == undecorated, "decorated: the same"
+print(f"quantize nodes after convert_pt2e: {undecorated}")
+assert all(undecorated.values()), "both quantizers quantize"
 
 # %%
 # KeyError: conv2d

@@ -233,6 +233,73 @@ unscaled = tokens[0] @ weight.qdata.float().T + weight_only[0].bias
 assert error > 1 and torch.allclose(out, unscaled, atol=1e-3), "the int8 values, unscaled"
 
 # %%
+# AttributeError: \'OutDtypeOperator\' object has no attribute \'_schema\'
+# ------------------------------------------------------------------------
+# ``convert_pt2e(prepared, use_reference_representation=True)`` writes the quantized patterns
+# it knows as the integer arithmetic they stand for. Such a model exports and goes through
+# ``to_edge_transform_and_lower``; ``to_executorch()`` then fails (pytorch/pytorch#139718,
+# executorch#6685). Here the setup's ``SmallNet``, with per-tensor weights:
+
+
+def reference(model, args, *, per_channel: bool) -> torch.fx.GraphModule:
+    """``model`` through ``XNNPACKQuantizer``, converted to the reference representation."""
+    config = get_symmetric_quantization_config(is_per_channel=per_channel)
+    prepared = prepare_pt2e(export_module(model, args), XNNPACKQuantizer().set_global(config))
+    prepared(*args)
+    with warnings.catch_warnings():  # the rewrite calls a pytree API torch 2.13 deprecates
+        warnings.filterwarnings("ignore", r"`treespec\.children_specs`", FutureWarning)
+        return convert_pt2e(prepared, use_reference_representation=True)
+
+
+integer = reference(net, x, per_channel=False)
+with expect_error(AttributeError, match="'OutDtypeOperator' object has no attribute '_schema'"):
+    lowered(integer, x)
+
+# %%
+# **Cause**: the rewrite computes the linear's int32 product, its bias and its rescaling with
+# ``out_dtype``, a higher-order op (it takes the op to run as its first argument), which has
+# no schema. ``to_executorch()`` replaces every op left outside the delegates by its out
+# variant (``ToOutVarPass``, ``executorch/exir/passes/__init__.py``) and reads each op's
+# ``_schema``; it steps into ``cond``, ``map``, ``while_loop`` and ``scan``, and has no case
+# for ``out_dtype``. Per-channel weights do not save the model: an int8 add + ReLU is written
+# with ``out_dtype`` under any config, as in the ResNet-18 of pytorch/pytorch#139718.
+
+OUT_DTYPE = torch.ops.higher_order.out_dtype
+
+
+def out_dtype_ops(gm) -> list[str]:
+    """The op each ``out_dtype`` node of ``gm`` runs."""
+    return [str(n.args[0]) for n in gm.graph.find_nodes(op="call_function", target=OUT_DTYPE)]
+
+
+class AddReLU(nn.Module):
+    def forward(self, a, b):
+        return torch.relu(a + b)
+
+
+pair = (torch.randn(2, 8), torch.randn(2, 8))
+print(f"SmallNet, per-tensor: {out_dtype_ops(integer)}")
+print(f"add + ReLU, per-channel: {out_dtype_ops(reference(AddReLU(), pair, per_channel=True))}")
+assert out_dtype_ops(integer) == ["aten.linear.default", "aten.div.Tensor", "aten.mul.Tensor"]
+assert not hasattr(OUT_DTYPE, "_schema"), "a higher-order op: no schema to read"
+
+# %%
+# **Fix**: lower the q/dq model (``convert_pt2e`` without ``use_reference_representation``):
+# XNNPACK's partitioner takes its q/dq groups into delegates, which compute in int8, and the
+# program emits and runs as the q/dq model computes. The reference representation is for
+# backends that read integer ``aten`` ops, explained in Step 7 of
+# :ref:`M07-3 · One graph, every quantizer that runs here
+# <sphx_glr_lessons_m07_your_model_m07_3_every_quantizer.py>`.
+
+config = get_symmetric_quantization_config(is_per_channel=False)
+prepared = prepare_pt2e(export_module(net, x), XNNPACKQuantizer().set_global(config))
+prepared(*x)
+per_tensor_qdq = convert_pt2e(prepared)
+error = (run(lowered(per_tensor_qdq, x).buffer, x) - per_tensor_qdq(*x)).abs().max().item()
+print(f"per-tensor q/dq model on XNNPACK, largest difference from it: {error:.4f}")
+assert error < 0.05, "it emits, loads and runs as the q/dq model computes"
+
+# %%
 # RuntimeError: Failed to load method forward, error: 0x:1
 # --------------------------------------------------------
 # The program lowers and saves, then ``load_method`` fails. The runtime's log says more: an

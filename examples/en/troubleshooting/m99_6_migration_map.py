@@ -8,7 +8,8 @@ old homes. This page is the map: for every API a reader meets, the old import, w
 on this site's stack (torch 2.13, torchao 0.18, executorch 1.5.1), and the new one. Both are
 executed: the map below runs every row, and each entry reproduces the old import's error (or
 its silent trap), asserts the new import at work, and links to the lesson that uses it. Most
-old imports fail loudly; three still import and do something else, which is worse.
+old imports fail loudly; three still import and do something else, which is worse. The last
+entry is a model quantized with the old eager API, which export refuses.
 
 **Prerequisites**: none; each entry links to the lesson that explains it.
 """
@@ -524,6 +525,56 @@ print(f"quantize_: {type(new_tagger.rnn).__name__}, {type(new_tagger.head.weight
 assert type(old_tagger.rnn).__module__.startswith("torch.ao.nn.quantized.dynamic"), "int8 LSTM"
 assert type(new_tagger.rnn) is nn.LSTM and not hasattr(new_tagger.rnn.weight_ih_l0, "qdata")
 assert hasattr(new_tagger.head.weight, "qdata"), "the linear only"
+
+# %%
+# AttributeError: __torch__.torch.classes.quantized.LinearPackedParamsBase (of Python compilation unit at: 0) does not have a field with name \'__obj_flatten__\'
+# ---------------------------------------------------------------------------------------------------------------------------------------------------------------
+# A model quantized with torch.ao's eager API runs, and ``torch.export`` refuses it: exported
+# non-strict (the default) with this error, strict with ``torch._dynamo``'s ``Unsupported:
+# Failed to convert args/kwargs to proxy`` (pytorch/pytorch#137111, #140943). Here the MLP of
+# the entry above, through ``quantize_dynamic``:
+
+from common.expect import expect_error
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # the deprecation of the entry above
+    eager_int8 = names["quantize_dynamic"](mlp, {nn.Linear}, dtype=torch.qint8)
+with expect_error(AttributeError, match="does not have a field with name '__obj_flatten__'"):
+    export(eager_int8, (tokens,))
+with expect_error(torch._dynamo.exc.Unsupported, match="Failed to convert args/kwargs to proxy"):
+    export(eager_int8, (tokens,), strict=True)
+
+# %%
+# **Cause**: ``quantize_dynamic`` swaps each ``nn.Linear`` for torch.ao's dynamic ``Linear``,
+# which keeps its int8 weight prepacked in a TorchScript object, ``LinearPackedParamsBase``,
+# and hands it to ``torch.ops.quantized.linear_dynamic``. Export traces with fake tensors, so
+# non-strict export must fake that object too: ``maybe_to_fake_obj``
+# (``torch/_library/fake_class_registry.py``) calls its ``__obj_flatten__``, a method this
+# class does not have. Strict export's Dynamo cannot put the object into the graph either.
+
+packed = eager_int8[0]._packed_params._packed_params
+print(f"{type(eager_int8[0]).__module__}.Linear holds a {packed._type().qualified_name()}")
+assert isinstance(packed, torch.ScriptObject) and not hasattr(packed, "__obj_flatten__")
+
+# %%
+# **Fix**: quantize the float model with PT2E instead: export it first, then
+# ``prepare_pt2e`` and ``convert_pt2e`` (here the x86 quantizer's dynamic config, int8
+# activations quantized at run time, as ``quantize_dynamic`` does). The converted graph holds
+# plain tensors and q/dq ops, and exports again, for ``torch.compile``, AOTInductor or
+# ExecuTorch. Dynamic quantization with PT2E is
+# :ref:`M05-2 · Static vs dynamic int8
+# <sphx_glr_lessons_m05_transformers_m05_2_static_vs_dynamic.py>`.
+
+dynamic = X86InductorQuantizer().set_global(
+    get_default_x86_inductor_quantization_config(is_dynamic=True)
+)
+pt2e_prepared = prepare_pt2e(export(mlp, (tokens,)).module(), dynamic)
+pt2e_prepared(tokens)
+pt2e_int8 = convert_pt2e(pt2e_prepared)
+reexported = export(pt2e_int8, (tokens,))
+print(f"exported again: {op_counts(reexported.module())['choose_qparams.tensor']} choose_qparams")
+assert torch.equal(reexported.module()(tokens), pt2e_int8(tokens)), "the same int8 model"
+torch.testing.assert_close(pt2e_int8(tokens), mlp(tokens), atol=0.05, rtol=0)  # int8 rounding
 
 # %%
 # Next

@@ -3,7 +3,8 @@
 ============================
 
 ``prepare_pt2e`` 與 ``convert_pt2e`` 的錯誤與不報錯的失敗：重複使用的活化函式模組、兩個模組
-共用的 weight、彼此不相容的 observer 與 spec、沒有校準就 convert 的模型，以及
+共用的 weight、依名稱留在浮點數的模組、彼此不相容的 observer 與 spec、加了
+``@torch.no_grad()`` 的 ``forward``、沒有校準就 convert 的模型，以及
 ``constant_fold`` 處理不了的改圖結果。每個條目的標題是錯誤訊息的第一行原文（或讀者口中的
 症狀），在本站的環境（torch 2.13、torchao 0.18）上重現它，指出原因，以 assert 驗證修正方法，
 並連到解釋它的那一課。
@@ -127,6 +128,33 @@ calibrate(prepared)
 assert op_counts(convert_pt2e(prepared))["quantize_per_tensor.default"] >= 2, "兩個 conv 都被量化了"
 
 # %%
+# 重複使用的 ``nn.Linear`` 也有人用這個標題回報（pytorch/ao#4478），但在 torchao 0.18 上它能
+# prepare 也能 convert，同一個 ``fc`` 的兩次呼叫都讀 int8 的輸入（下面以 ``assert`` 確認）。
+# 編譯之後，被兩個 linear 讀取的 weight 另有一個陷阱：見 M07-4 的「linear · weight shared」
+# 那一列。
+
+
+class ReusedLinear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 16)  # one module, called twice below
+
+    def forward(self, t):
+        return self.fc(torch.relu(self.fc(t)))
+
+
+tokens = (torch.randn(2, 16),)
+prepared = prepare_pt2e(export_module(ReusedLinear(), tokens), x86_quantizer())
+prepared(*tokens)
+linears = convert_pt2e(prepared).graph.find_nodes(
+    op="call_function", target=torch.ops.aten.linear.default
+)
+DQ_TENSOR = torch.ops.quantized_decomposed.dequantize_per_tensor.default
+assert len(linears) == 2 and all(n.args[0].target == DQ_TENSOR for n in linears), (
+    "同一個 linear 的兩次呼叫都讀反量化的 int8 輸入"
+)
+
+# %%
 # 綁在一起的 weight 被量化兩次（兩個模組共用一個 weight）
 # -------------------------------------------------------
 # 模型常把 weight 綁在一起：``b.weight = a.weight``，或把 embedding 和輸出的 linear 綁在一起。
@@ -202,6 +230,64 @@ print(f"綁定 weight 的 observer：{observers}；int8 常數：{int8_constants
 assert len(observers) == 1 and len(int8_constants(once)) == 1, "一個 weight，一個 int8 張量"
 
 # %%
+# AssertionError: quantization_config == None is not supported yet
+# ----------------------------------------------------------------
+# 把一個模組的 config 設成 ``None``，這個模組就維持浮點數：``X86InductorQuantizer`` 接受
+# ``set_module_name_qconfig("b", None)``。換成 ExecuTorch 裡對應的
+# ``XNNPACKQuantizer().set_module_name("b", None)``，還沒看到任何圖就立刻拒絕。
+
+with expect_error(AssertionError, match="quantization_config == None is not supported yet"):
+    xnnpack_quantizer().set_module_name("b", None)
+
+# %%
+# **原因**：``set_module_name`` 斷言它的 config 不是 ``None`` （ExecuTorch 1.5.1 的
+# ``xnnpack_quantizer.py`` ）；``set_module_type`` 沒有這個斷言，在那裡 ``None`` 可以用：
+# ``annotate`` 跳過 ``None`` 的 config，全域的 config 也跳過兩張表裡列出的每個模組。但一個
+# 類別涵蓋這個類別的每個模組：``set_module_type(nn.Linear, None)`` 讓兩個 linear 都維持
+# 浮點數，這裡不只 ``b``，連 ``a`` 也是。
+
+
+class TwoLinears(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b = nn.Linear(16, 16), nn.Linear(16, 16)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+def float_weights(quantizer) -> list[str]:
+    """convert 後的 ``TwoLinears`` 仍以浮點數讀取（不經過 dequantize）的 weight。"""
+    prepared = prepare_pt2e(export_module(TwoLinears(), (features,)), quantizer)
+    prepared(features)  # 校準
+    converted = convert_pt2e(prepared)
+    linears = converted.graph.find_nodes(op="call_function", target=torch.ops.aten.linear.default)
+    return [n.args[1].target for n in linears if n.args[1].op == "get_attr"]
+
+
+by_type = float_weights(xnnpack_quantizer().set_module_type(nn.Linear, None))
+print(f"用 set_module_type(nn.Linear, None) 時的浮點數 weight：{by_type}")
+assert by_type == ["a.weight", "b.weight"], "每個 nn.Linear 都是浮點數，不只 b"
+
+# %%
+# **修正**：保留全域的 config，把這一個模組過濾掉。``set_filter_function`` 接受一個以 node
+# 為引數的函式（每個 annotation 都要通過它），而 torchao 的 ``get_module_name_filter("b")``
+# 判斷一個 node 是否記錄在模組 ``b`` 裡：取它的反面，就讓 ``b`` 維持浮點數、其餘照常量化，
+# 和 ``X86InductorQuantizer`` 的 ``set_module_name_qconfig("b", None)`` 一樣。依名稱和依類別
+# 讓模組維持浮點數，說明見 :ref:`M05-3 · 選擇要量化什麼
+# <sphx_glr_lessons_m05_transformers_m05_3_choosing_what_to_quantize.py>`。
+
+from torchao.quantization.pt2e.quantizer import get_module_name_filter
+
+in_b = get_module_name_filter("b")
+by_filter = float_weights(xnnpack_quantizer().set_filter_function(lambda node: not in_b(node)))
+print(f"用 set_filter_function 時的浮點數 weight：{by_filter}")
+assert by_filter == ["b.weight"], "b 是浮點數，a 有量化"
+x86_by_name = float_weights(x86_quantizer().set_module_name_qconfig("b", None))
+assert x86_by_name == by_filter, "和 X86InductorQuantizer 遇到 None 時的做法一樣"
+
+# %%
 # 什麼都沒有被量化（ ``convert_pt2e`` 之後 observer 還留在圖裡）
 # ------------------------------------------------------------------
 # 如果 quantizer 的 spec 用的是 ``torch.ao.quantization`` （PT2E 的舊家）的 observer，執行時不會
@@ -236,6 +322,79 @@ calibrate(new)
 assert op_counts(convert_pt2e(new))["quantize_per_tensor.default"] == 2, (
     "conv 的輸入與輸出都被量化了"
 )
+
+# %%
+# ``convert_pt2e`` 之後沒有 quantize node：``forward`` 加了 ``@torch.no_grad()``
+# ------------------------------------------------------------------------------
+# 推論用的程式碼常在 ``forward`` 加上 ``@torch.no_grad()``。這樣的模型走完匯出、
+# ``prepare_pt2e``、校準與 ``convert_pt2e``，沒有錯誤也沒有警告，``X86InductorQuantizer`` 和
+# ``XNNPACKQuantizer`` 都一樣；出來的模型卻一個 quantize node 也沒有：它仍以浮點數計算。
+
+
+class NoGradConvReLU(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+
+    @torch.no_grad()
+    def forward(self, x):
+        return torch.relu(self.conv(x))
+
+
+def quantize_nodes(model) -> dict[str, int]:
+    """匯出、prepare、校準與 convert 之後的 quantize node 數，依 quantizer 列出。"""
+    counts = {}
+    for quantizer in (x86_quantizer(), xnnpack_quantizer()):
+        prepared = prepare_pt2e(export_module(model, x), quantizer)
+        calibrate(prepared)
+        converted = convert_pt2e(prepared)
+        counts[type(quantizer).__name__] = op_counts(converted)["quantize_per_tensor.default"]
+    return counts
+
+
+decorated = quantize_nodes(NoGradConvReLU().eval())
+print(f"convert_pt2e 之後的 quantize node：{decorated}")
+assert decorated == {"X86InductorQuantizer": 0, "XNNPACKQuantizer": 0}, "什麼都沒有被量化"
+
+# %%
+# **原因**，在圖上看：匯出把梯度模式（grad mode）的切換記成一個 node，
+# ``wrap_with_set_grad_enabled`` （一個高階運算，標示出來的那個），它呼叫一個子圖
+# ``submod_1``，conv 和 ReLU 都在裡面
+# （ ``torch/_export/passes/replace_set_grad_with_hop_pass.py`` ）。quantizer 只標註最上層
+# 那張圖的 node，而 ``prepare_pt2e`` 只會進入 ``scan`` 與 ``while_loop`` 的子圖：它看不到
+# conv，也就不插入任何 observer。``common.coverage`` 一開頭就這麼說，並說明原因：
+
+from common.coverage import coverage
+
+graph = export_module(NoGradConvReLU().eval(), x)
+(wrapped,) = graph.graph.find_nodes(
+    op="call_function", target=torch.ops.higher_order.wrap_with_set_grad_enabled
+)
+body = graph.get_submodule(wrapped.args[1].target)
+print(f"{wrapped.args[1].target}: {[n.name for n in body.graph.nodes if n.op == 'call_function']}")
+draw(graph, highlight=[wrapped.name], title="整個 forward 在一個 node 裡")
+print(coverage(graph, x86_quantizer()).summary())
+assert body.graph.find_nodes(op="call_function", target=CONV), "conv 在子圖裡"
+assert not graph.graph.find_nodes(op="call_function", target=CONV), "不在最上層的圖裡"
+
+# %%
+# **修正**：拿掉 ``forward`` 上的裝飾器，改在 ``with torch.no_grad():`` 裡匯出（之後也在
+# 那裡執行模型）。匯出只在梯度模式的切換改變了匯出當下的模式時才保留它，所以 conv 和 ReLU
+# 都在最上層的圖裡，兩個 quantizer 都會量化它們。在 ``with torch.no_grad():`` 裡，加了裝飾器
+# 的模型也一樣整個匯出。匯出記下了什麼，說明見
+# :ref:`M00-1 · 取得計算圖 <sphx_glr_lessons_m00_graphs_m00_1_getting_a_graph.py>`。
+
+
+class ConvReLU(NoGradConvReLU):
+    def forward(self, x):
+        return torch.relu(self.conv(x))
+
+
+with torch.no_grad():
+    undecorated = quantize_nodes(ConvReLU().eval())
+    assert quantize_nodes(NoGradConvReLU().eval()) == undecorated, "加了裝飾器：結果一樣"
+print(f"convert_pt2e 之後的 quantize node：{undecorated}")
+assert all(undecorated.values()), "兩個 quantizer 都有量化"
 
 # %%
 # KeyError: conv2d

@@ -228,6 +228,72 @@ unscaled = tokens[0] @ weight.qdata.float().T + weight_only[0].bias
 assert error > 1 and torch.allclose(out, unscaled, atol=1e-3), "是 int8 的值，沒有乘上 scale"
 
 # %%
+# AttributeError: \'OutDtypeOperator\' object has no attribute \'_schema\'
+# ------------------------------------------------------------------------
+# ``convert_pt2e(prepared, use_reference_representation=True)`` 把它認得的量化模式寫成它們
+# 代表的整數算術。這樣的模型可以匯出，也能通過 ``to_edge_transform_and_lower``；接著
+# ``to_executorch()`` 失敗（pytorch/pytorch#139718、executorch#6685）。這裡用「準備」一節的
+# ``SmallNet``，weight 是 per-tensor：
+
+
+def reference(model, args, *, per_channel: bool) -> torch.fx.GraphModule:
+    """``model`` 經過 ``XNNPACKQuantizer``，convert 成 reference representation。"""
+    config = get_symmetric_quantization_config(is_per_channel=per_channel)
+    prepared = prepare_pt2e(export_module(model, args), XNNPACKQuantizer().set_global(config))
+    prepared(*args)
+    with warnings.catch_warnings():  # 改寫呼叫了一個 torch 2.13 已棄用的 pytree API
+        warnings.filterwarnings("ignore", r"`treespec\.children_specs`", FutureWarning)
+        return convert_pt2e(prepared, use_reference_representation=True)
+
+
+integer = reference(net, x, per_channel=False)
+with expect_error(AttributeError, match="'OutDtypeOperator' object has no attribute '_schema'"):
+    lowered(integer, x)
+
+# %%
+# **原因**：改寫用 ``out_dtype`` 計算 linear 的 int32 乘積、它的 bias 與重新縮放。
+# ``out_dtype`` 是一個高階運算（第一個引數是它要執行的運算），沒有 schema。
+# ``to_executorch()`` 把留在 delegate 之外的每個運算換成它的 out 變體（ ``ToOutVarPass`` ，
+# ``executorch/exir/passes/__init__.py`` ），過程中讀取每個運算的 ``_schema``；它會進入
+# ``cond``、``map``、``while_loop`` 與 ``scan``，卻沒有處理 ``out_dtype`` 的分支。改用
+# per-channel 的 weight 也救不了模型：int8 的 add + ReLU 在任何設定下都寫成 ``out_dtype``，
+# pytorch/pytorch#139718 的 ResNet-18 就是如此。
+
+OUT_DTYPE = torch.ops.higher_order.out_dtype
+
+
+def out_dtype_ops(gm) -> list[str]:
+    """``gm`` 裡每個 ``out_dtype`` node 執行的運算。"""
+    return [str(n.args[0]) for n in gm.graph.find_nodes(op="call_function", target=OUT_DTYPE)]
+
+
+class AddReLU(nn.Module):
+    def forward(self, a, b):
+        return torch.relu(a + b)
+
+
+pair = (torch.randn(2, 8), torch.randn(2, 8))
+print(f"SmallNet，per-tensor：{out_dtype_ops(integer)}")
+print(f"add + ReLU，per-channel：{out_dtype_ops(reference(AddReLU(), pair, per_channel=True))}")
+assert out_dtype_ops(integer) == ["aten.linear.default", "aten.div.Tensor", "aten.mul.Tensor"]
+assert not hasattr(OUT_DTYPE, "_schema"), "高階運算：沒有 schema 可讀"
+
+# %%
+# **修正**：下放 q/dq 模型（ ``convert_pt2e`` 時不加 ``use_reference_representation`` ）：
+# XNNPACK 的 partitioner 把它的 q/dq 群組收進 delegate，以 int8 計算，程式就能輸出、執行，
+# 算出和 q/dq 模型一樣的結果。reference representation 是給讀整數 ``aten`` 運算的後端用的，
+# 說明見 :ref:`M07-3 · 同一張圖，跑遍這台機器上的每個 quantizer
+# <sphx_glr_lessons_m07_your_model_m07_3_every_quantizer.py>` 的步驟 7。
+
+config = get_symmetric_quantization_config(is_per_channel=False)
+prepared = prepare_pt2e(export_module(net, x), XNNPACKQuantizer().set_global(config))
+prepared(*x)
+per_tensor_qdq = convert_pt2e(prepared)
+error = (run(lowered(per_tensor_qdq, x).buffer, x) - per_tensor_qdq(*x)).abs().max().item()
+print(f"XNNPACK 上的 per-tensor q/dq 模型，與它的最大差距：{error:.4f}")
+assert error < 0.05, "可以輸出、載入並執行，算出 q/dq 模型的結果"
+
+# %%
 # RuntimeError: Failed to load method forward, error: 0x:1
 # --------------------------------------------------------
 # 程式順利下放、存檔，接著 ``load_method`` 失敗。執行環境的紀錄說得更多：XNNPACK 的
@@ -569,7 +635,7 @@ assert before != after, "同一個程式，被改寫了"
 # 被改寫過的圖。
 #
 # **修正**：在 ``to_executorch()`` 之前讀取或複製（ ``copy.deepcopy`` ）edge 程式；delegate
-# 本身（ ``common.edge.delegated`` ）兩種情況都一樣。下放與 edge 圖的說明見
+# 本身（ ``common.edge.delegated`` ）在 ``to_executorch()`` 前後都一樣。下放與 edge 圖的說明見
 # :ref:`M06-2 · 下放到 ExecuTorch
 # <sphx_glr_lessons_m06_executorch_m06_2_lowering_to_executorch.py>`。
 
@@ -583,8 +649,8 @@ assert portable_ops(kept) == before, "副本就是 edge 圖"
 # ---------------------------------------------------------------
 # 在 executorch 1.4.0 上回報（executorch#21829、#21831）：把 conv 的輸出切成兩半再相加，可以
 # 下放，方法卻載入失敗，紀錄寫著 ``Failed to create static slice node ...
-# xnn_status_invalid_parameter`` 。在 executorch 1.5.1 上已不再發生：每個 slice 兩側只有一個
-# scale，程式可以載入。
+# xnn_status_invalid_parameter`` 。在 executorch 1.5.1 上已不再發生：每個 slice 的兩側共用
+# 同一個 scale，程式可以載入。
 
 
 class Halves(nn.Module):
@@ -609,8 +675,8 @@ assert all(n.args[0].args[1] == next(iter(n.users)).args[1] for n in slices), "�
 # %%
 # **原因** （1.4 上）：``XNNPACKQuantizer`` 讓只搬動數值的運算共用一個 scale
 # （ ``_is_share_obs_or_fq_op`` ），它的清單列了 ``to_edge`` 之後的 ``slice_copy`` ，卻沒有
-# quantizer 實際看到的 ``aten.slice.Tensor`` ；每個 slice 因此各自觀察，而 XNNPACK 的 static
-# slice 在載入時編譯 delegate，拒絕兩個不同的 scale。
+# quantizer 實際看到的 ``aten.slice.Tensor`` ；每個 slice 的兩側因此各自被觀察。XNNPACK
+# 在載入時編譯 delegate，它的 static slice 拒絕兩個不同的 scale。
 #
 # **修正**：executorch 1.5.1 已包含 executorch#21568（清單加入 ``aten.slice.Tensor`` ）與
 # #21949（partitioner 把兩個 scale 的 slice 留給 portable kernel）。不論哪個版本，要找出無法
@@ -672,7 +738,7 @@ assert any("constant_pad_nd" in name for name in inside), "pad 在 delegate 裡�
 # 回報的設定。剩下的是一個不報錯的問題：XNNPACK 不接收這個量化的 linear。在新的行程裡，
 # ``to_executorch`` 停在第一個條目的 ``Missing out variants`` ，列出 ``choose_qparams`` ；在這一頁，
 # 第一個條目已經載入 ``executorch.kernels.quantized`` ，程式可以執行，它的 linear 卻是 portable
-# kernel 上的 float ``addmm`` ：
+# kernel 上以浮點數計算的 ``addmm`` ：
 
 
 class Encoder(nn.Module):
@@ -703,14 +769,14 @@ tensor_program = to_executorch(
 )
 left_out = operators_run(tensor_program.buffer, list(frames))
 print(left_out.summary)
-assert not left_out.int8 and "addmm.out" in left_out.portable, "linear 在 XNNPACK 之外以 float 執行"
+assert not left_out.int8 and "addmm.out" in left_out.portable, "linear 在 XNNPACK 之外以浮點數執行"
 
 # %%
 # **原因**：「quantized nyi」來自量化張量（ ``torch.qint8`` ，eager 模式的量化）進入 export 的
 # fake tensor；PT2E 的圖只有一般的 int8 張量與 q/dq 運算，fake tensor 都支援。剩下的是
 # XNNPACK 的規則：動態量化的 linear 只有搭配 per-channel weight 才會被委派，per-tensor
 # weight 時 ``choose_qparams`` 與 q/dq 運算留在外面，只有 ``executorch.kernels.quantized`` 提供
-# 的 portable kernel 能執行，夾在中間的 linear 則以 float 執行。
+# 的 portable kernel 能執行，夾在中間的 linear 則以浮點數執行。
 #
 # **修正**：``is_dynamic=True`` 搭配 ``is_per_channel=True`` ：linear 被委派，
 # ``operators_run`` 在兩種長度下都顯示 XNNPACK 的動態量化 GEMM（ ``QDU8`` ：執行時才量化的
@@ -729,9 +795,9 @@ for length in (5, 20):
 # %%
 # 動態量化：.pte 在主機上能載入，在裝置上載入失敗
 # -----------------------------------------------
-# 以 ``is_dynamic=True`` 量化的 transformer 回報的問題（executorch#11355，仍未關閉）：
-# ``.pte`` 能下放，在 Android app 裡 ``load_method`` 卻失敗。這一頁無法執行 Android 的建置。
-# 在這裡的執行環境上，同類的程式可以載入並執行：一個 linear 做了動態量化的
+# 有人回報，以 ``is_dynamic=True`` 量化的 Transformer（executorch#11355，仍未關閉）能下放成
+# ``.pte`` ，在 Android app 裡 ``load_method`` 卻失敗。這一頁無法執行 Android 的建置。
+# 在這裡的執行環境上，同類的程式可以載入並執行：linear 都做了動態量化的
 # ``nn.TransformerEncoderLayer`` 。
 
 torch.manual_seed(0)
@@ -749,9 +815,9 @@ assert check.loads, "在這裡的執行環境上可以載入"
 # int8 活化值，見下面第一行）。以另一個 ExecuTorch 版本建置、或 XNNPACK 缺少這些 kernel 的
 # 裝置執行環境，是另一個執行環境。
 #
-# **修正**：用寫出 ``.pte`` 的套件的同一個 ExecuTorch 版本、連同 XNNPACK 建置裝置上的執行環境；
-# 在主機上以 ``load_check`` 與 ``operators_run`` （ ``common.runtime`` ）檢查程式，再拿裝置的紀錄
-# 和這裡列出的運算子比對。動態量化的說明見
+# **修正**：裝置上的執行環境，要用與寫出 ``.pte`` 時相同的 ExecuTorch 版本建置，並且包含
+# XNNPACK；在主機上以 ``load_check`` 與 ``operators_run`` （ ``common.runtime`` ）檢查程式，
+# 再拿裝置的紀錄和這裡列出的運算子比對。動態量化的說明見
 # :ref:`M05-2 · 靜態與動態 int8 <sphx_glr_lessons_m05_transformers_m05_2_static_vs_dynamic.py>`。
 
 layer_operators = operators_run(layer_program.buffer, list(tokens_in))

@@ -7,7 +7,7 @@ ExecuTorch。教學、問答與舊程式碼仍然從舊位置匯入。這一頁�
 舊的匯入、它在本站環境（torch 2.13、torchao 0.18、executorch 1.5.1）上的行為，以及新的匯入。兩者
 都實際執行：下面的對照表逐列執行，每個條目重現舊匯入的錯誤（或不報錯的陷阱），以 assert 驗證新的
 匯入確實可用，並連到使用它的那一課。大多數舊匯入會直接失敗；有三個仍然匯入得了，做的卻是別的事，
-這更糟。
+這更糟。最後一個條目是用舊的 eager API 量化的模型，匯出時會被拒絕。
 
 **先備知識**：無；每個條目都連到解釋它的那一課。
 """
@@ -506,7 +506,7 @@ class Tagger(nn.Module):
 
 
 with warnings.catch_warnings():
-    warnings.simplefilter("ignore")  # the deprecation of this entry
+    warnings.simplefilter("ignore")  # 這個條目的棄用警告
     old_tagger = names["quantize_dynamic"](Tagger().eval(), {nn.LSTM, nn.Linear}, torch.qint8)
 new_tagger = Tagger().eval()
 quantize_(new_tagger, Int8DynamicActivationInt8WeightConfig())
@@ -515,6 +515,54 @@ print(f"quantize_: {type(new_tagger.rnn).__name__}, {type(new_tagger.head.weight
 assert type(old_tagger.rnn).__module__.startswith("torch.ao.nn.quantized.dynamic"), "int8 LSTM"
 assert type(new_tagger.rnn) is nn.LSTM and not hasattr(new_tagger.rnn.weight_ih_l0, "qdata")
 assert hasattr(new_tagger.head.weight, "qdata"), "只有 linear"
+
+# %%
+# AttributeError: __torch__.torch.classes.quantized.LinearPackedParamsBase (of Python compilation unit at: 0) does not have a field with name \'__obj_flatten__\'
+# ---------------------------------------------------------------------------------------------------------------------------------------------------------------
+# 用 torch.ao 的 eager API 量化的模型可以執行，``torch.export`` 卻拒絕它：以 non-strict（預設）
+# 匯出時是這個錯誤，以 strict 匯出時是 ``torch._dynamo`` 的 ``Unsupported: Failed to convert
+# args/kwargs to proxy`` （pytorch/pytorch#137111、#140943）。這裡用上一個條目的 MLP，經過
+# ``quantize_dynamic``：
+
+from common.expect import expect_error
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # 上一個條目的棄用警告
+    eager_int8 = names["quantize_dynamic"](mlp, {nn.Linear}, dtype=torch.qint8)
+with expect_error(AttributeError, match="does not have a field with name '__obj_flatten__'"):
+    export(eager_int8, (tokens,))
+with expect_error(torch._dynamo.exc.Unsupported, match="Failed to convert args/kwargs to proxy"):
+    export(eager_int8, (tokens,), strict=True)
+
+# %%
+# **原因**：``quantize_dynamic`` 把每個 ``nn.Linear`` 換成 torch.ao 的動態 ``Linear``，它把
+# int8 weight 預先打包，存在一個 TorchScript 物件 ``LinearPackedParamsBase`` 裡，再交給
+# ``torch.ops.quantized.linear_dynamic``。匯出時用 fake tensor 追蹤，所以 non-strict 匯出也得
+# 替這個物件做一個 fake 版本：``maybe_to_fake_obj``
+# （ ``torch/_library/fake_class_registry.py`` ）會呼叫它的 ``__obj_flatten__``，而這個類別
+# 沒有這個方法。strict 匯出的 Dynamo 也無法把這個物件放進圖裡。
+
+packed = eager_int8[0]._packed_params._packed_params
+print(f"{type(eager_int8[0]).__module__}.Linear 存著一個 {packed._type().qualified_name()}")
+assert isinstance(packed, torch.ScriptObject) and not hasattr(packed, "__obj_flatten__")
+
+# %%
+# **修正**：改用 PT2E 量化浮點數模型：先匯出，再 ``prepare_pt2e`` 與 ``convert_pt2e`` （這裡用
+# x86 quantizer 的動態 config，活化值在執行時才量化成 int8，和 ``quantize_dynamic`` 一樣）。
+# convert 後的圖只有一般的張量與 q/dq 運算，可以再次匯出，交給 ``torch.compile``、AOTInductor
+# 或 ExecuTorch。用 PT2E 做動態量化，說明見
+# :ref:`M05-2 · 靜態與動態 int8 <sphx_glr_lessons_m05_transformers_m05_2_static_vs_dynamic.py>`。
+
+dynamic = X86InductorQuantizer().set_global(
+    get_default_x86_inductor_quantization_config(is_dynamic=True)
+)
+pt2e_prepared = prepare_pt2e(export(mlp, (tokens,)).module(), dynamic)
+pt2e_prepared(tokens)
+pt2e_int8 = convert_pt2e(pt2e_prepared)
+reexported = export(pt2e_int8, (tokens,))
+print(f"再次匯出：{op_counts(reexported.module())['choose_qparams.tensor']} 個 choose_qparams")
+assert torch.equal(reexported.module()(tokens), pt2e_int8(tokens)), "同一個 int8 模型"
+torch.testing.assert_close(pt2e_int8(tokens), mlp(tokens), atol=0.05, rtol=0)  # int8 的捨入誤差
 
 # %%
 # 下一頁

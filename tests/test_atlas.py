@@ -85,6 +85,27 @@ def test_the_fused_add_after_a_linear_reads_as_fused_and_runs_as_a_post_op():
     assert "add" in ran["op"]
 
 
+@pytest.mark.parametrize(
+    "name", ["relu", "hardswish", "gelu", "tanh", "leaky_relu · after linear", "add · after linear"]
+)
+def test_x86s_fused_ops_read_as_fused_in_the_converted_graph(name):
+    """x86 marks a fused activation with neither an input nor an output spec (the op after it
+    quantizes its output; the add of linear + add + ReLU has no spec at all): still fused."""
+    item = atlas.entry(name)
+    assert atlas.annotation(item, atlas.quantize(item, "x86")) == "int8 fused"
+    assert atlas.reported(item, "x86")["status"] == "int8 fused"
+
+
+def test_sdpa_between_int8_linears_reads_as_float():
+    """XNNPACKQuantizer quantizes q, k, v and the output (the linears' tensors) and annotates
+    nothing on SDPA itself."""
+    item = atlas.entry("scaled_dot_product_attention")
+    for quantizer in ("xnnpack", "openvino"):
+        converted = atlas.quantize(item, quantizer, fold_quantize=quantizer != "openvino")
+        assert atlas.annotation(item, converted) == "float", quantizer
+        assert atlas.reported(item, quantizer)["status"] == "float", quantizer
+
+
 def test_a_layer_norm_between_int8_linears_reads_as_float():
     item = atlas.entry("layer_norm")
     for quantizer in ("x86", "xnnpack"):

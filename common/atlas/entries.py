@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from common.atlas.recipe import IMAGE, SEQUENCE, SIGNAL, TOKENS, BetweenConvs, BetweenLinears, Entry
+from common.lesson import lesson_language
 
 # --- The models: the op between the layers it meets in real models --------------------------
 
@@ -121,6 +122,23 @@ class _Recurrent(nn.Module):
         return self.fc2(self.rnn(self.fc1(x))[0])
 
 
+class _Unrolled(nn.Module):
+    """linear → tanh, then one ``nn.Linear`` at each of two steps, a tanh after each
+    (``h = tanh(W h)``): a recurrent cell unrolled with ``nn.Linear``, its weight read at every
+    step. ``steps`` holds the one module twice; a copy per step shares nothing."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc, cell = nn.Linear(16, 16), nn.Linear(16, 16)
+        self.steps = nn.ModuleList([cell, cell])
+
+    def forward(self, x):
+        h = torch.tanh(self.fc(x))
+        for step in self.steps:
+            h = torch.tanh(step(h))
+        return h
+
+
 class _Embedding(nn.Module):
     """embedding → linear (a token classifier's first layers)."""
 
@@ -214,6 +232,13 @@ ENTRIES: tuple = (
         lambda: BetweenConvs(nn.ConvTranspose2d(8, 8, 2, stride=2)),
     ),
     _spec("linear", ["linear"], "alone", lambda: nn.Linear(16, 16), TOKENS),
+    _spec(
+        "linear · weight shared",
+        ["linear"],
+        "after a linear, one nn.Linear at two steps (an unrolled recurrent cell)",
+        _Unrolled,
+        TOKENS,
+    ),
     _spec(
         "matmul", ["matmul", "bmm"], "q @ kᵀ @ v of linears", lambda: _Attention("matmul"), SEQUENCE
     ),
@@ -321,6 +346,13 @@ ENTRIES: tuple = (
         ["leaky_relu"],
         "between convs (YOLOv3)",
         lambda: BetweenConvs(nn.LeakyReLU(0.1)),
+    ),
+    _spec(
+        "leaky_relu · after linear",
+        ["leaky_relu"],
+        "between linears",
+        lambda: BetweenLinears(nn.LeakyReLU(0.1)),
+        TOKENS,
     ),
     _spec(
         "gelu",
@@ -449,6 +481,93 @@ ENTRIES: tuple = (
     _spec("lstm", ["lstm"], "between linears", lambda: _Recurrent(nn.LSTM), SEQUENCE),
     _spec("gru", ["gru"], "between linears", lambda: _Recurrent(nn.GRU), SEQUENCE),
 )
+
+
+#: Where each row puts its op, in Chinese, by the entry's (English) ``where``: the zh_TW pages
+#: show these (:func:`placement`).
+_WHERE_ZH_TW = {
+    "alone": "單獨一層",
+    "after a linear, one nn.Linear at two steps (an unrolled recurrent cell)": (
+        "接在一個 linear 之後，同一個 nn.Linear 用在兩個步驟（展開的遞迴單元）"
+    ),
+    "groups = channels (MobileNet, ConvNeXt)": "groups = 通道數（MobileNet、ConvNeXt）",
+    "between convs, k = stride = 2 (U-Net's up path)": (
+        "兩個 conv 之間，k = stride = 2（U-Net 的上行路徑）"
+    ),
+    "q @ kᵀ @ v of linears": "由 linear 算出的 q @ kᵀ @ v",
+    "on q, k, v linears": "作用在 linear 算出的 q、k、v 上",
+    "before a linear": "接在一個 linear 之前",
+    "conv(x) + x, then ReLU (ResNet)": "conv(x) + x，再接 ReLU（ResNet）",
+    "linear(x) + x, then ReLU (a transformer's residual)": (
+        "linear(x) + x，再接 ReLU（Transformer 的殘差）"
+    ),
+    "conv(x) − conv(x)": "conv(x) − conv(x)",
+    "conv(x) × conv(x)": "conv(x) × conv(x)",
+    "γ × conv(x) (ConvNeXt)": "γ × conv(x)（ConvNeXt）",
+    "conv(x) / 2 between convs": "兩個 conv 之間的 conv(x) / 2",
+    "two convs' outputs (U-Net's skip)": "兩個 conv 的輸出（U-Net 的 skip connection）",
+    "conv → ReLU → max-pool → conv (ResNet's stem)": (
+        "conv → ReLU → max-pool → conv（ResNet 的 stem）"
+    ),
+    "between convs (DenseNet)": "兩個 conv 之間（DenseNet）",
+    "conv → pool → flatten → linear (ResNet's head)": (
+        "conv → pool → flatten → linear（ResNet 的分類頭）"
+    ),
+    "conv → x.mean((2, 3)) → linear (a head)": "conv → x.mean((2, 3)) → linear（分類頭）",
+    "conv → x.mean((2, 3), keepdim=True) → conv": "conv → x.mean((2, 3), keepdim=True) → conv",
+    "conv1d → ReLU → x.mean(-1) → linear (a keyword spotter)": (
+        "conv1d → ReLU → x.mean(-1) → linear（關鍵字偵測模型）"
+    ),
+    "conv → x.sum((2, 3)) → linear": "conv → x.sum((2, 3)) → linear",
+    "between convs": "兩個 conv 之間",
+    "between linears (an MLP)": "兩個 linear 之間（MLP）",
+    "nn.ReLU6 between convs (MobileNetV2)": "兩個 conv 之間的 nn.ReLU6（MobileNetV2）",
+    "between convs (YOLOv3)": "兩個 conv 之間（YOLOv3）",
+    "between linears (a transformer's FFN)": "兩個 linear 之間（Transformer 的 FFN）",
+    "between convs (EfficientNet)": "兩個 conv 之間（EfficientNet）",
+    "between convs (YOLOv4)": "兩個 conv 之間（YOLOv4）",
+    "between convs (MobileNetV3)": "兩個 conv 之間（MobileNetV3）",
+    "an SE gate: y × hardsigmoid(conv(y)) (MobileNetV3)": (
+        "SE 閘門：y × hardsigmoid(conv(y))（MobileNetV3）"
+    ),
+    "an SE gate: y × sigmoid(conv(y)) (EfficientNet)": (
+        "SE 閘門：y × sigmoid(conv(y))（EfficientNet）"
+    ),
+    "between linears": "兩個 linear 之間",
+    "between linears, last axis": "兩個 linear 之間，沿最後一軸",
+    "x.clamp(-1, 1) between convs": "兩個 conv 之間的 x.clamp(-1, 1)",
+    "between linears (a transformer)": "兩個 linear 之間（Transformer）",
+    "conv → ReLU → BatchNorm → conv (not foldable)": "conv → ReLU → BatchNorm → conv（無法折疊）",
+    "between convs (U-Net, FPN)": "兩個 conv 之間（U-Net、FPN）",
+    "between convs (segmentation heads)": "兩個 conv 之間（分割模型的輸出頭）",
+    "between convs (super-resolution)": "兩個 conv 之間（超解析度）",
+    "F.pad between convs": "兩個 conv 之間的 F.pad",
+    "conv → flatten → linear": "conv → flatten → linear",
+    "conv → permute → linear (ConvNeXt)": "conv → permute → linear（ConvNeXt）",
+    "linear → transpose → conv1d (Conformer)": "linear → transpose → conv1d（Conformer）",
+    "conv → x[:, :, 1:-1] → conv": "conv → x[:, :, 1:-1] → conv",
+    "conv → split → a conv on each half": "conv → split → 兩半各接一個 conv",
+    "eval-mode dropout between linears": "兩個 linear 之間、eval 模式的 dropout",
+}
+
+
+def placement(item: Entry, lang: str | None = None) -> str:
+    """Where ``item``'s model puts its op, in ``lang``.
+
+    Args:
+        item: an atlas entry (one of :data:`ENTRIES`, or one a page makes: its ``where`` is
+            shown as written when the atlas has no translation of it).
+        lang: ``"en"`` or ``"zh_TW"``; the running lesson's (``lesson_language()``) when
+            omitted.
+
+    Returns:
+        str: the entry's ``where``, in Chinese for ``zh_TW``.
+
+    >>> placement(entry("cat"), "zh_TW")
+    '兩個 conv 的輸出（U-Net 的 skip connection）'
+    """
+    lang = lang or lesson_language()
+    return _WHERE_ZH_TW.get(item.where, item.where) if lang == "zh_TW" else item.where
 
 
 def entry(name: str) -> Entry:

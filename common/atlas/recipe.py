@@ -28,7 +28,8 @@ class Entry:
             ``add · after linear`` for a second context of one op).
         ops: the aten ops that stand for it in the graphs (``max_pool2d`` also matches the
             ``max_pool2d_with_indices`` it decomposes into).
-        where: where the model puts it (English; the pages say it in their language).
+        where: where the model puts it, in English (:func:`common.atlas.placement` says it in
+            the lesson's language).
         build: a function returning the model, in eval mode, seeded.
         shape: the example input's shape (``embedding`` takes indices below 50).
         shared: an op that moves or picks values without computing new ones (pooling by max,

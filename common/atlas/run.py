@@ -28,7 +28,10 @@ QUANTIZERS = ("x86", "xnnpack", "openvino", "arm")
 
 # --- Reading graphs ---------------------------------------------------------------------------
 
-#: Ops whose value is computed from int8 inputs even when their output is left float.
+#: Ops whose value is computed from int8 inputs even when their output is left float. Not
+#: ``scaled_dot_product_attention``: no quantizer of the atlas annotates it, and between int8
+#: linears it reads their dequantized outputs and computes in float (XNNPACK's float ``bmm``
+#: and softmax, OpenVINO's bf16 or f32), so, as for the other ops, its own annotation counts.
 _COMPUTE = {
     "conv1d",
     "conv2d",
@@ -36,7 +39,6 @@ _COMPUTE = {
     "linear",
     "matmul",
     "bmm",
-    "scaled_dot_product_attention",
     "embedding",
     "lstm",
     "gru",
@@ -81,11 +83,25 @@ def _quantized_after(node) -> bool:
 
 
 def _annotated(node) -> bool:
-    """The quantizer annotated the node itself (part of a pattern), not only its neighbours."""
+    """The quantizer annotated the node itself (part of a pattern), not only its neighbours:
+    a spec of its own, or the end of a pattern (x86 marks a fused activation
+    ``_is_output_of_quantized_pattern`` with no spec: the op after it quantizes its output)."""
     annotation = node.meta.get("quantization_annotation")
     if annotation is None:
         return False
-    return bool(annotation.input_qspec_map) or annotation.output_qspec is not None
+    return (
+        bool(annotation.input_qspec_map)
+        or annotation.output_qspec is not None
+        or getattr(annotation, "_is_output_of_quantized_pattern", False)
+    )
+
+
+def _in_pattern(node) -> bool:
+    """The quantizer matched the node as a piece of a pattern (its ``_annotated`` flag, set
+    also on a piece with no spec: x86's linear + add + ReLU's add); ``OpenVINOQuantizer``
+    sets no such flag, its output spec on a node is for the op after it."""
+    annotation = node.meta.get("quantization_annotation")
+    return bool(getattr(annotation, "_annotated", False))
 
 
 def _node_status(item: Entry, node) -> str:
@@ -105,7 +121,7 @@ def _node_status(item: Entry, node) -> str:
         return "int8 shared" if same else "int8"
     fed = [a for a in inputs if not calls(a, DEQUANTIZE)]
     direct = fed and _int8_compute(fed[0]) and len(fed[0].users) == 1
-    if out_q and direct and _annotated(node):  # a post-op of the int8 conv or linear
+    if out_q and direct and _in_pattern(node):  # a post-op of the int8 conv or linear
         return "int8 fused"
     return "float"
 

@@ -21,6 +21,12 @@ pytestmark = [
 # (model, quantizer, node) -> a piece of the reason XNNPACK's rules give for the float op.
 REASONS = [
     ("matmul_head", "xnnpack", "bmm", "aten.bmm is in none of the quantizer's patterns"),
+    (
+        "sdpa_block",
+        "xnnpack",
+        "scaled_dot_product_attention",
+        "aten.scaled_dot_product_attention is in none of the quantizer's patterns",
+    ),
     ("encoder_layer", "xnnpack_dynamic", "add", "annotates only linear and conv"),
     ("residual", "xnnpack_dynamic", "conv2d", "followed by a ReLU"),
     ("squeeze_excite", "xnnpack_dynamic", "conv2d", "followed by a ReLU"),

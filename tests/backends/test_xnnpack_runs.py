@@ -8,7 +8,7 @@ quiet()
 
 
 def test_a_4d_mean_over_h_and_w_with_keepdim_is_delegated():
-    """M07-4's second exercise: XNNPACK's global average pool takes it."""
+    """XNNPACK's global average pool takes it (M07-4, Step 4)."""
     item = atlas.entry("mean · keepdim")
     ran = runs.xnnpack_runs(item, atlas.quantize(item, "xnnpack"))
     assert ran["delegated"], ran

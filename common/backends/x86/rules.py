@@ -111,8 +111,8 @@ _TEXTS = {
             "{producer_kind}; remove eval-mode dropout nodes before prepare_pt2e"
         ),
         "zh_TW": (
-            "add 的輸入經過一個 eval 模式的 dropout（{dropout}）才來自 {producer}：x86 的 "
-            "{producer_kind} + add 模式要 add 緊接在 {producer_kind} 之後；在 prepare_pt2e "
+            "add 的輸入來自 {producer}，中間卻經過一個 eval 模式的 dropout（{dropout}）：x86 的 "
+            "{producer_kind} + add 模式要求 add 緊接在 {producer_kind} 之後；在 prepare_pt2e "
             "之前拿掉 eval 模式的 dropout node"
         ),
     },

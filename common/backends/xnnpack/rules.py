@@ -19,7 +19,7 @@ _TEXTS = {
             "output (propagate_annotation); {producer} has none"
         ),
         "zh_TW": (
-            "XNNPACK 只在前一個運算的輸出有量化時才讓 int8 穿過 aten.{op}"
+            "XNNPACK 只在前一個運算的輸出有量化時才讓 int8 直接通過 aten.{op}"
             "（propagate_annotation）；{producer} 的輸出沒有"
         ),
     },
@@ -58,7 +58,7 @@ _TEXTS = {
             "in float"
         ),
         "zh_TW": (
-            "XNNPACK 的 partitioner 不收它（{why}）：由 ExecuTorch 的 portable kernel 以浮點數執行"
+            "XNNPACK 的 partitioner 拒絕它（{why}）：由 ExecuTorch 的 portable kernel 以浮點數執行"
         ),
     },
     "xnnpack refuses annotated": {
@@ -67,7 +67,7 @@ _TEXTS = {
             "portable kernels run it in float, between dequantize and quantize"
         ),
         "zh_TW": (
-            "標註為 {status}，但 XNNPACK 的 partitioner 不收它（{why}）：由 ExecuTorch 的 "
+            "標註為 {status}，但 XNNPACK 的 partitioner 拒絕它（{why}）：由 ExecuTorch 的 "
             "portable kernel 在 dequantize 與 quantize 之間以浮點數執行"
         ),
     },

@@ -447,6 +447,5 @@ assert [u.target for u in float_linear.users] == [torch.ops.aten.relu.default], 
 #
 # Next
 # ----
-# M07 ends here. The course map on the landing page lists every module; the
-# :ref:`troubleshooting entries <sphx_glr_lessons_troubleshooting_m99_2_prepare_and_convert.py>`
-# start from the errors a model of your own may raise, under any of these quantizers.
+# :ref:`M07-4 · The op atlas <sphx_glr_lessons_m07_your_model_m07_4_op_atlas.py>` takes the
+# same four quantizers to more than 40 ops, one op at a time, and on to what runs each.

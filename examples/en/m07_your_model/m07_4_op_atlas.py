@@ -39,8 +39,14 @@ changes an op's fate.
 # the course's cache under a key naming the model, the reading code, the installed stack and
 # the CPU's kernel path (it holds no timing).
 
+import copy
 import importlib
+import re
 from collections import Counter
+from itertools import chain
+
+import torch
+from torch import nn
 
 from common.pt2e import quiet
 
@@ -72,7 +78,7 @@ assert len({item.op for item in atlas.ENTRIES}) >= 40, "at least 40 ops"
 # a conv.
 
 for item in atlas.ENTRIES:
-    print(f"{item.name:30} {item.where}")
+    print(f"{item.name:30} {atlas.placement(item)}")
 after = {n: results[n]["x86"]["coverage"]["status"] for n in ("gelu", "gelu · after conv")}
 print(after)
 assert after == {"gelu": "int8 fused", "gelu · after conv": "float"}, "GELU fuses after a linear"
@@ -98,12 +104,16 @@ assert after == {"gelu": "int8 fused", "gelu · after conv": "float"}, "GELU fus
 # The x86 graphs are lowered with ``lower_pt2e_quantized_to_x86`` (inductor's freezing
 # passes, about a second each) and run eagerly, not compiled: a ``torch.compile`` per model
 # would multiply the page's build time. Those passes prepack the int8 convs and linears and
-# fuse a ReLU; a GELU, SiLU, Hardswish, Tanh or ReLU6 the quantizer fused is fused by the
-# passes a compile runs after them. Where the quantizer fused an op the lowering left
-# unfused, or the lowered graph does not run eagerly (the conv + add, whose residual input
-# oneDNN wants channels-last; the flatten, whose ``view`` rejects the int8 conv's
-# channels-last output), the row says ``compiled``: that model alone is compiled with
-# freezing (``atlas.x86_compiled``) and its call read.
+# fuse a ReLU and an add. A compile runs the same passes, and they would fuse a GELU, SiLU,
+# Hardswish or ReLU6 too, but their patterns match inductor's decomposed forms of them (SiLU
+# as ``x / (exp(-x) + 1)``, ReLU6 as ``clamp_min`` then ``clamp_max``, GELU with ``erf``),
+# which the lowering never produces: it keeps ``aten.gelu`` whole. Only a compile decomposes
+# first. Tanh and LeakyReLU after a linear have no int8 post-op at all (Step 3). Where the
+# quantizer fused an op the lowering left unfused, or the lowered graph does not run eagerly
+# (the conv + add, whose residual input oneDNN wants channels-last; the flatten, whose
+# ``view`` rejects the int8 conv's channels-last output), or a compile runs it otherwise (a
+# weight several linears read, Step 3), the row says ``compiled``: that model alone is
+# compiled with freezing (``atlas.x86_compiled``) and its call read.
 
 SHORT = {"int8 static": "int8", "int8 fused": "fused", "int8 shared": "shared"}
 compiled = {
@@ -215,31 +225,43 @@ print(x86_wrong or "x86: every op as the rules say")
 assert not x86_wrong, "x86 annotates every op as its rules say"
 
 # %%
-# What ran agrees, but for one op: every int8 conv and linear ran a oneDNN int8 kernel, and
-# every fused op ran as that kernel's post-op (``relu``, ``gelu``, ``add``), read from
-# oneDNN's own log of the call, except the Tanh after a linear: the quantizer annotates
-# Linear + Tanh as one pattern, but inductor's int8 linear fusions have no Tanh post-op, so
-# the Tanh runs in inductor's float loop on the linear's float output. The fused rows:
+# What ran agrees, but for two ops and one weight. Every int8 conv and linear ran a oneDNN
+# int8 kernel, and every fused op ran as that kernel's post-op (``relu``, ``gelu``, ``add``),
+# read from oneDNN's own log of the call, except Tanh and LeakyReLU after a linear: annotated
+# fused, no qlinear post-op for them. The quantizer annotates Linear + Tanh and Linear +
+# LeakyReLU as one pattern each, but inductor's int8 linear fusions have post-ops for ReLU and
+# GELU only, so the Tanh or LeakyReLU runs in inductor's float loop on the linear's float
+# output. The lowering itself fused only the ReLUs and the adds (Step 2): every other fused
+# op is still whole in the lowered graph, and its row reads the compiled call. The fused rows:
 
-NO_POST_OP = {"tanh"}
+LOWERING_FUSES = {"relu", "add"}
+NO_POST_OP = {"tanh", "leaky_relu"}
+SHARED_WEIGHT = "linear · weight shared"
 
+outside = []  # fused rows whose op ran outside the int8 kernel
 for item in atlas.ENTRIES:
     r = results[item.name]["x86"]
     if status(r) == "int8 static" and item.op != "mul":
         assert r["op"].startswith("oneDNN"), f"{item.name}: a oneDNN int8 kernel ran"
+        assert ("fp32" in r["op"]) == (item.name == SHARED_WEIGHT), f"{item.name}: all int8"
     if status(r) != "int8 fused":
         continue
+    if item.op not in LOWERING_FUSES:
+        assert r["op"].startswith("loop"), f"{item.name}: the lowering keeps the op whole"
     where = r["op"]
     if item.name in compiled:  # the post-ops the compiled call ran
         post_ops = {op for ops in compiled[item.name]["post_ops"].values() for op in ops}
         if item.op in NO_POST_OP:
-            assert item.op not in post_ops, "a linear + tanh runs the tanh outside the kernel"
+            assert item.op not in post_ops, f"{item.name}: the op runs outside the kernel"
+            outside.append(item.name)
             continue
         where = "fused: " + ", ".join(sorted(post_ops)) + " (compiled)"
     assert where.startswith("fused: ") and item.op in where.replace("sum", "add"), (
         f"{item.name}: a post-op of the int8 kernel"
     )
-    print(f"{item.name:24} {where}")
+    print(f"{item.name:26} {where}")
+print(f"annotated fused, no qlinear post-op for them: {', '.join(outside)}")
+assert outside == ["leaky_relu · after linear", "tanh"], "Tanh and LeakyReLU after a linear"
 
 # %%
 # In the converted graph a fused op has no quantize/dequantize pair before it: x86 leaves the
@@ -260,6 +282,43 @@ for reason, count in why_float.most_common():
     print(f"×{count:<3}{reason}")
 
 # %%
+# The weight: one ``nn.Linear`` called at two steps of a recurrent cell (the row
+# ``linear · weight shared``; a GRU-like cell written with ``nn.Linear`` calls its weights at
+# every step). Both calls are annotated int8, and lowered they run two int8 kernels;
+# compiled, they run float (``aten::addmm``) beside the int8 linear before them. Before its
+# freezing passes a compile merges equal nodes, and the two dequantize nodes of the one int8
+# weight become one node with two users, which the passes' int8 weight pattern (one user)
+# does not match.
+
+shared = results[SHARED_WEIGHT]["x86"]
+print(f"{SHARED_WEIGHT}: {shared['path']}, int8 {shared['int8']}, float {shared['float']}")
+assert shared["path"] == "compiled", "compiled: the lowering would run it int8"
+assert shared["int8"] == {"onednn::qlinear_pointwise": 1}, "the linear before them int8"
+assert shared["float"] == {"aten::addmm": 2}, "both readers of the shared weight run float"
+
+# %%
+# The fix is one int8 constant per reader: give each step a copy of the module (the same
+# values, the same outputs). Compiled, every linear runs int8.
+
+unrolled = atlas.entry(SHARED_WEIGHT)
+
+
+def copy_per_step() -> nn.Module:
+    model = unrolled.build()
+    model.steps = nn.ModuleList(copy.deepcopy(step) for step in model.steps)
+    return model
+
+
+copied = atlas.Entry(
+    "linear · weight copied", unrolled.ops, "a copy per step", copy_per_step, unrolled.shape
+)
+x = unrolled.example_args()
+assert torch.equal(copy_per_step()(*x), unrolled.build()(*x)), "the same outputs"
+fixed = atlas.x86_compiled(copied)
+print(f"copied: int8 {fixed['int8']}, float {fixed['float']}")
+assert fixed["int8"] == {"onednn::qlinear_pointwise": 3} and not fixed["float"], "all int8"
+
+# %%
 # Step 4 — XNNPACK: delegated, or why not
 # ---------------------------------------
 # ``XNNPACKQuantizer`` annotates by its own rules (its ``SUPPORTED_PATTERNS`` and
@@ -271,8 +330,9 @@ for reason, count in why_float.most_common():
 #    reshape, permute, transpose, slice) and an eval-mode dropout share their input's
 #    qparams. A mean XNNPACK's partitioner then refuses (anything but a 4-D mean over H and W
 #    with keepdim) runs on the portable kernels in float: ``coverage`` counts it float.
-# 3. Everything else stays float, scaled_dot_product_attention aside: its q, k, v and its
-#    output are the linears' quantized tensors, so it reads as int8.
+# 3. Everything else stays float, scaled_dot_product_attention too: the quantizer
+#    annotates nothing on it. Between int8 linears it reads their dequantized outputs, and its
+#    output is quantized for the next linear, but none of its own math is int8 (below).
 
 XNNPACK_INT8 = {"conv1d", "conv2d", "conv_transpose2d", "linear", "add", "mul"}
 XNNPACK_SHARED = {"cat", "max_pool2d", "adaptive_avg_pool2d", "hardtanh", "mean"}
@@ -280,7 +340,7 @@ XNNPACK_SHARED |= {"flatten", "reshape", "permute", "transpose", "slice", "dropo
 
 
 def xnnpack_rule(item) -> str:
-    if item.op in XNNPACK_INT8 or item.op == "scaled_dot_product_attention":
+    if item.op in XNNPACK_INT8:
         return "int8 static"
     if item.op == "relu":
         return "int8 fused"
@@ -296,6 +356,21 @@ xnnpack_wrong = {
 }
 print(xnnpack_wrong or "XNNPACK: every op as the rules say")
 assert not xnnpack_wrong, "XNNPACK annotates every op as its rules say"
+
+# %%
+# scaled_dot_product_attention, then, is float between int8 linears. XNNPACK's delegates take
+# the linears, int8, and the attention's two matrix products as ``bmm``, an op XNNPACK has
+# only a float kernel for (``common.edge.SUPPORTED``), on the dequantized q, k and v; its
+# softmax is float too, and its scale and mask ops run on the portable kernels.
+
+sdpa = results["scaled_dot_product_attention"]["xnnpack"]
+in_xnnpack = {re.sub(r"^aten_|_default(_\d+)?$", "", n) for n in chain(*sdpa["delegates"].values())}
+print(f"scaled_dot_product_attention: {cell(sdpa)} (between int8 linears)")
+print(f"  XNNPACK: {', '.join(sorted(in_xnnpack & {'linear', 'bmm', '_softmax'}))}")
+print(f"  portable: {', '.join(sdpa['portable'])}")
+assert status(sdpa) == sdpa["annotation"] == "float", "XNNPACK annotates nothing on SDPA"
+assert {"linear", "bmm", "_softmax"} <= in_xnnpack, "linears, bmm and softmax in XNNPACK"
+assert not edge.SUPPORTED["bmm.default"].int8, "XNNPACK's bmm is float only"
 
 # %%
 # ``XnnpackPartitioner`` takes an op when one of its configs covers it and the config's
@@ -353,10 +428,12 @@ assert "int8 shared" not in arm
 # - x86: conv2d, linear, same-shape mul int8; ReLU, ReLU6, Hardswish, SiLU fused after a
 #   conv, ReLU, LeakyReLU, Tanh, GELU after a linear, add after its conv or linear;
 #   max_pool2d, cat, avg_pool2d, adaptive_avg_pool2d, flatten int8 through; the rest float.
-#   Run: every fused op a oneDNN post-op, but the Tanh, which inductor leaves in a float loop.
+#   Run: every fused op a oneDNN post-op (the lowering fuses ReLU and add, a compile the
+#   others), but Tanh and LeakyReLU after a linear, which inductor leaves in a float loop;
+#   compiled, the linears that read one weight run float: one int8 constant per reader.
 # - XNNPACK: convs, linears, add, mul int8, ReLU fused, pooling by max, cat and layout ops
-#   shared; the portable ops are the ones no config covers, or whose constraint refused them
-#   (a mean only over H, W of a 4-D tensor, with keepdim).
+#   shared; SDPA float between int8 linears; the portable ops are the ones no config covers,
+#   or whose constraint refused them (a mean only over H, W of a 4-D tensor, with keepdim).
 # - OpenVINO: convs and linears in u8; the runtime model, not the annotation, says the rest.
 # - Arm: annotation only; a subset of x86's.
 #
@@ -381,16 +458,30 @@ assert "int8 shared" not in arm
 #          print(fate["reason"]["en"])
 #          assert fate["status"] == "float", "SiLU fuses after a conv only"
 #
-# 2. Give XNNPACK the keyword spotter's mean as a 4-D mean over H and W with keepdim
-#    (``entry("mean · keepdim")``). Predict whether it is delegated.
+# 2. Put Inception v3's pool branch, ``nn.AvgPool2d(3, stride=1, padding=1)``, between two
+#    convs (the atlas's ``avg_pool2d`` has no padding). Predict whether XNNPACK delegates it;
+#    then with ``count_include_pad=False``.
 #
 #    .. dropdown:: Solution
 #
 #       .. code-block:: python
 #
-#          keepdim = atlas.entry("mean · keepdim")
-#          ran = atlas.xnnpack_runs(keepdim, atlas.quantize(keepdim, "xnnpack"))
-#          assert ran["delegated"], "XNNPACK's global average pool takes it"
+#          def branch_pool(include_pad: bool) -> atlas.Entry:
+#              pool = nn.AvgPool2d(3, stride=1, padding=1, count_include_pad=include_pad)
+#              return atlas.Entry(
+#                  f"avg_pool2d · padding 1, count_include_pad={include_pad}",
+#                  ("avg_pool2d",),
+#                  "between convs (Inception v3's pool branch)",
+#                  lambda: atlas.BetweenConvs(pool).eval(),
+#                  atlas.IMAGE,
+#              )
+#
+#
+#          for include_pad in (True, False):
+#              pool = branch_pool(include_pad)
+#              ran = atlas.xnnpack_runs(pool, atlas.quantize(pool, "xnnpack"))
+#              print(f"count_include_pad={include_pad}: delegated {ran['delegated']} {ran['why']}")
+#              assert ran["delegated"] is not include_pad, "XNNPACK averages real pixels only"
 #
 # Further reading
 # ---------------
@@ -401,6 +492,6 @@ assert "int8 shared" not in arm
 #
 # Next
 # ----
-# M07 ends here; the :ref:`troubleshooting entries
-# <sphx_glr_lessons_troubleshooting_m99_2_prepare_and_convert.py>` start from the errors a
-# model of your own may raise.
+# :ref:`M07-5 · Rewrites that buy more int8
+# <sphx_glr_lessons_m07_your_model_m07_5_rewrites_for_int8.py>` makes some of the ops the
+# atlas leaves in float int8, with five rewrites that leave the outputs unchanged.

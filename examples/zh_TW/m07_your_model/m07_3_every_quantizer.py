@@ -298,7 +298,7 @@ assert len(computed) == 6, "每個 conv、linear 與 add 都在 XNNPACK 裡執�
 # %%
 # **OpenVINO**：OpenVINO 執行環境轉換匯出的 q/dq 程式（weight 不預先量化，和 ExecuTorch 的
 # OpenVINO 流程交給它的一樣， ``fold_quantize=False`` ），並為 CPU 編譯。它的執行期模型說明
-# 每一層以什麼精度執行：卷積與全連接層都是 ``u8`` 。
+# 每一層以什麼精度執行：conv 與 linear 層都是 ``u8`` 。
 
 import openvino as ov
 
@@ -438,6 +438,5 @@ assert [u.target for u in float_linear.users] == [torch.ops.aten.relu.default], 
 #
 # 下一課
 # ------
-# M07 到此結束。網站首頁的課程地圖列出了所有單元；
-# :ref:`疑難排解 <sphx_glr_lessons_troubleshooting_m99_2_prepare_and_convert.py>` 的條目從
-# 你自己的模型在這些 quantizer 之下可能引發的錯誤出發。
+# :ref:`M07-4 · 運算圖鑑 <sphx_glr_lessons_m07_your_model_m07_4_op_atlas.py>` 把同樣這四個
+# quantizer 用在超過 40 個運算上，一次一個運算，並追到實際執行它的地方。

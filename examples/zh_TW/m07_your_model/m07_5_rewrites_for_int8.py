@@ -2,11 +2,12 @@
 M07-5 換來更多 int8 的改寫
 ==========================
 
-M07-1 的涵蓋報告與 M07-4 的運算圖鑑會告訴你，模型裡哪些運算留在浮點數。有五個小改寫能改變
-這一點，又不改變模型算出來的結果：把 ConvNeXt 的 layer scale 折疊進它前面的 linear、讓殘差
-add 緊接在它的 linear 之後、把 ``kernel_size`` 等於 stride 的 ``ConvTranspose2d`` 換成 1×1 conv
-加 ``pixel_shuffle`` 、給 XNNPACK 一個 4-D、 ``keepdim`` 的 mean，以及拿掉匯出後的
-``nn.TransformerEncoderLayer`` 保留下來的 eval 模式 dropout node。每一個改寫都讓更多運算
+M07-1 的報告（ ``common.coverage`` ）與 M07-4 的運算圖鑑會告訴你，模型裡哪些運算留在
+浮點數。有五個小改寫能改變這一點，又不改變模型算出來的結果：把 ConvNeXt 的 layer scale
+折疊進它前面的 linear、讓殘差 add 緊接在它的 linear 之後、把 ``kernel_size`` 等於 stride
+的 ``ConvTranspose2d`` 換成 1×1 conv 加 ``pixel_shuffle`` 、給 XNNPACK 一個 4-D、
+``keepdim`` 的 mean，以及拿掉匯出後的 ``nn.TransformerEncoderLayer`` 保留下來的 eval 模式
+dropout node。每一個改寫都讓更多運算
 成為 int8（改寫前後都以 assert 檢查），輸出也保持不變（同樣 assert）；接著編譯或下放、
 讀出執行的 kernel 並計時。int8 的運算變多，不等於模型變快：inductor 本來就在它無論如何都要
 執行的迴圈裡算掉浮點數的逐元素運算；而其中一個改寫，遇上記憶體配置不對的影像，會慢上許多。
@@ -30,11 +31,13 @@ add 緊接在它的 linear 之後、把 ``kernel_size`` 等於 stride 的 ``Conv
 # 準備
 # ----
 # 三個使用隨機 weight（固定種子）的小模型，各自照該架構自己的程式碼寫法寫成：一個 ConvNeXt
-# block、一個 U-Net 的上採樣步驟、一個 1-D 關鍵字偵測模型；第五個就是
+# block、一個 U-Net 的上取樣步驟、一個 1-D 關鍵字偵測模型；第四個就是
 # ``nn.TransformerEncoderLayer`` 本身。 ``quantized`` 匯出、prepare、用範例批次校準，再
 # convert。 ``computing`` 只留下報告裡會做計算的運算（不含 view、permute、slice 這類只搬動
-# 值的運算）， ``float_ops`` 數其中的浮點數運算。 ``verdict`` 依兩列各自的 p10–p90 範圍，
-# 說出計時結果代表什麼：只印出來，從不 assert。
+# 值的運算）， ``float_ops`` 數其中的浮點數運算。 ``verdict`` 依兩個中位數的比值與它的 95 %
+# 區間（ ``Timings.ratio_interval`` ，M03-3）說出計時結果代表什麼：兩個模型在同樣的交錯輪次
+# 裡量測，所以在這次執行之內，區間不含 1 的比值就是差別；下一次執行可能落在別處。只印出來，
+# 從不 assert。
 
 import copy
 import hashlib
@@ -89,12 +92,13 @@ def show(label, report):
 
 def verdict(timings, before: str, after: str) -> str:
     b, a = timings[before], timings[after]
-    medians = f"{b.median:.3f} → {a.median:.3f} ms"
-    if a.high < b.low:
-        return f"{before} → {after}：{medians}，變快，超出兩列的 p10–p90"
-    if a.low > b.high:
-        return f"{before} → {after}：{medians}，變慢，超出兩列的 p10–p90"
-    return f"{before} → {after}：{medians}，落在彼此的 p10–p90 之內：量不出差別"
+    low, high = timings.ratio_interval(before, after)  # before ÷ after，兩個中位數都取最壞的一端
+    medians = f"{b.median:.3f} → {a.median:.3f} ms（{low:.2f}–{high:.2f}×）"
+    if low > 1:
+        return f"{before} → {after}：{medians}，這次執行變快"
+    if high < 1:
+        return f"{before} → {after}：{medians}，這次執行變慢"
+    return f"{before} → {after}：{medians}，區間包含 1×：這次執行量不出差別"
 
 
 # %%
@@ -133,7 +137,7 @@ images = (images.contiguous(memory_format=torch.channels_last),)
 # 步驟 1 — 把 layer scale 折疊進 linear
 # -------------------------------------
 # 照原本的寫法，x86 把這個 block 的三個運算留在浮點數：LayerNorm、殘差 add，以及
-# ``gamma * y`` ：x86 只在兩個張量形狀相同時才量化 ``mul`` ，而 ``gamma`` 是一個廣播到整個
+# ``gamma * y`` 。x86 只在兩個張量形狀相同時才量化 ``mul`` ，而 ``gamma`` 是一個廣播到整個
 # 活化值上的向量（M07-1 的步驟 3）。
 
 as_written = coverage(export_module(block, images), x86_quantizer(), every_op=True)
@@ -179,7 +183,7 @@ print(add_report[add_report.names(kind="add")[0]].why)
 assert computing(add_report)["add"] == (1, 1) and float_ops(add_report) == 1
 
 # %%
-# 改寫前後 convert 出來的圖：第一張圖裡，add（標亮）隔著一個 permute 讀取 linear 的輸出；
+# 改寫前後 convert 出來的圖：第一張圖裡，add（醒目標示）隔著一個 permute 讀取 linear 的輸出；
 # 第二張圖裡，它直接接在 ``pwconv2`` 後面，兩者之間沒有 quantize node：這正是 oneDNN 用一個
 # kernel 執行的模式。
 
@@ -234,9 +238,9 @@ print(verdict(convnext_race, FOLDED, ADD_NEXT))
 #
 # 記憶體配置的陷阱：融合的 add 的另一個輸入，送到 oneDNN 時必須和 linear 的輸出有相同的
 # 配置，也就是每個像素一列。影像若用 PyTorch 預設的配置，也就是連續的 ``(N, C, H, W)`` ，
-# 殘差 ``x.permute(0, 2, 3, 1)`` 就是一個轉置過的 view；oneDNN 沒有能接受這種配置的 add
-# 輸入的最佳化 int8 matmul，於是改用它的參考實作（ ``ref_int8`` ，讀自 oneDNN 對這次呼叫的
-# 記錄： ``implementations`` ）。在步驟 2 之前，add 留在 linear 之外，同樣的影像會走快速的
+# 殘差 ``x.permute(0, 2, 3, 1)`` 就是一個轉置過的 view；對這種配置的 add 輸入，oneDNN
+# 沒有最佳化的 int8 matmul 可用，於是改用它的參考實作（ ``ref_int8`` ，讀自 oneDNN 對這次呼叫
+# 的紀錄： ``implementations`` ）。在步驟 2 之前，add 留在 linear 之外，同樣的影像會走快速的
 # kernel：
 
 standard = (images[0].contiguous(),)
@@ -340,8 +344,8 @@ print(verdict(unet_race, TRANSPOSED, SHUFFLED))
 
 # %%
 # 轉置 conv 原本只是小特徵圖上的一個浮點數 kernel；換成 int8 之後，新的 conv 前面多了一個
-# quantize，後面還留著一個浮點數運算，也就是 ``pixel_shuffle`` 的複製。上面的結論就是這台
-# 機器量到的結果。
+# quantize，後面還留著一個浮點數運算： ``pixel_shuffle`` 搬移資料的那一次複製。上面的結論就是
+# 這台機器量到的結果。
 #
 # 步驟 4 — 給 XNNPACK 一個 keepdim 的 4-D mean
 # --------------------------------------------
@@ -398,10 +402,11 @@ assert xnnpack_reports[MEAN_OVER_T].statuses("mean") == {"float": 1}
 assert xnnpack_reports[MEAN_4D].statuses("mean") == {"int8 shared": 1}
 
 # %%
-# 用 ``XnnpackPartitioner`` 下放，再帶著 ETDump 在 ExecuTorch runtime 上執行一次
+# 用 ``XnnpackPartitioner`` 下放，再帶著 ETDump 在 ExecuTorch 執行環境上執行一次
 # （ ``operators_run`` ，M06）：改寫前，有一個 portable kernel ``mean.out`` 以浮點數執行；
-# 改寫後一個也沒有：每個運算都在 XNNPACK 裡執行，每個 XNNPACK 運算子都處理 int8 資料。兩個
-# 程式與浮點數模型的差距都在 0.02 之內。
+# 改寫後一個也沒有：每個運算都在 XNNPACK 裡執行，也沒有任何 XNNPACK 運算子的名稱標明浮點數
+# （其中的 mean 與 reshape 名稱沒有標明資料型別：摘要把它們另外列出）。兩個程式與浮點數模型
+# 的差距都在 0.02 之內。
 
 programs, methods = {}, {}
 for label, model in spotters.items():
@@ -417,7 +422,7 @@ for label, model in spotters.items():
     assert ran.portable == ({"mean.out": 1} if label == MEAN_OVER_T else {}), ran.portable
 
 # %%
-# 在 runtime 上計時（一個執行緒、交錯輪流）。對 49 個值取 mean 只占這個模型的一小部分；結論
+# 在執行環境上計時（一個執行緒、交錯輪流）。對 49 個值取 mean 只占這個模型的一小部分；結論
 # 就是這台機器量到的結果。
 
 key = hashlib.sha256(b"".join(programs.values())).hexdigest()
@@ -515,10 +520,10 @@ print(verdict(layer_race, WITH_DROPOUT, NO_DROPOUT))
 # 這台機器量到的計時結果，而原因 kernel 那幾行都看得到：浮點數的 ``mul`` 與 ``add`` 本來就
 # 不是獨立的 kernel，inductor 在它反正要跑的迴圈裡就算掉了；轉置 conv 只是一個小小的浮點數
 # kernel，換來的是一個 quantize 和一個浮點數的 ``pixel_shuffle`` ；mean 只占關鍵字偵測模型
-# 的一小部分工作；拿掉 dropout 的改寫則沒有改變任何 kernel。值得為 int8 改寫的，是它變成
-# int8 的那個運算本身很重的時候（大特徵圖上的轉置 conv、不改寫 XNNPACK 就得離開 delegate
-# 去執行的 mean）；改寫之後要計時，並檢查融合 kernel 收到的記憶體配置：融合的 add 若收到
-# 轉置過的殘差，oneDNN 會用它的參考實作執行。
+# 的一小部分工作；拿掉 dropout 的改寫則沒有改變任何 kernel。只有當改寫後變成 int8 的那個
+# 運算本身很吃重時，才值得為 int8 改寫（大特徵圖上的轉置 conv；若不改寫，就得離開 XNNPACK
+# delegate 去執行的 mean）；改寫之後要計時，並檢查融合 kernel 收到的記憶體配置：融合的 add
+# 若收到轉置過的殘差，oneDNN 會用它的參考實作執行。
 #
 # 練習
 # ----
@@ -545,14 +550,24 @@ print(verdict(layer_race, WITH_DROPOUT, NO_DROPOUT))
 #          with expect_error(ValueError, match="kernel_size == stride"):
 #              as_pixel_shuffle(nn.ConvTranspose2d(32, 16, 3, stride=2, padding=1))
 #
-# 3. 問 XNNPACK 對原本寫法的 U-Net 步驟怎麼看。預測它需不需要步驟 3 的改寫。
+# 3. 把原本寫法與經過步驟 3 改寫的 U-Net 步驟都為 XNNPACK 下放，各執行一次
+#    （ ``operators_run`` ）。預測兩者之中，哪一個在 XNNPACK 裡只執行 int8 運算子，而且沒有
+#    留任何運算給 portable kernel。
 #
 #    .. dropdown:: 解答
 #
 #       .. code-block:: python
 #
-#          on_xnnpack = coverage(export_module(unet, feature_map), xnnpack_quantizer())
-#          assert computing(on_xnnpack)["conv"] == (3, 3), "XNNPACK 會量化轉置 conv"
+#          for label, model in ((TRANSPOSED, unet), (SHUFFLED, shuffled)):
+#              graph = export_module(model, feature_map)
+#              int8 = quantized(graph, feature_map, xnnpack_quantizer())
+#              pte = to_executorch(int8, feature_map, partitioner=XnnpackPartitioner()).buffer
+#              ran = operators_run(pte, feature_map)
+#              print(f"{label}：\n{ran.summary}")
+#              rewritten = label == SHUFFLED
+#              assert bool(ran.float_only) == bool(ran.portable) == rewritten, (
+#                  "原本的寫法：XNNPACK 的 int8 轉置 conv；改寫後：浮點數的 pixel_shuffle"
+#              )
 #
 # 延伸閱讀
 # --------
@@ -563,7 +578,7 @@ print(verdict(layer_race, WITH_DROPOUT, NO_DROPOUT))
 # - `XNNPACK partitioner 的 config
 #   <https://github.com/pytorch/executorch/tree/main/backends/xnnpack/partition/config>`_
 #
-# 下一步
+# 下一課
 # ------
 # M07 到此結束；疑難排解的條目從你自己的模型可能引發的錯誤出發，例如 :ref:`疑難排解：prepare
 # 與 convert <sphx_glr_lessons_troubleshooting_m99_2_prepare_and_convert.py>` 。

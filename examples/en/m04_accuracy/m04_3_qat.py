@@ -420,4 +420,7 @@ fig.tight_layout()
 #
 # Next
 # ----
-# This is the end of M04. The course map, on the site's front page, lists every module.
+# :ref:`M04-4 · QAT on a real architecture
+# <sphx_glr_lessons_m04_accuracy_m04_4_qat_real_architecture.py>` takes the same schedule to
+# torchvision's MobileNetV2, quantized for a phone, and resumes it from a checkpoint in a fresh
+# process.

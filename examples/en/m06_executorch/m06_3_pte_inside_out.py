@@ -416,6 +416,7 @@ assert sizes["pte file"] < 0.3 * sizes["fp32 saved"], "a quarter, plus scales"
 #
 # Next
 # ----
-# This is the end of M06. The course map, on the site's front page, lists every module;
+# :ref:`M06-4 · Shapes that change <sphx_glr_lessons_m06_executorch_m06_4_shapes_that_change.py>`
+# lets the batch size vary up to a bound and follows that bound to the ``.pte``;
 # :ref:`M04-1 · Measuring the error <sphx_glr_lessons_m04_accuracy_m04_1_measuring_the_error.py>`
 # is the float-versus-int8 side of the numbers.

@@ -408,4 +408,6 @@ fig.tight_layout()
 #
 # 下一課
 # ------
-# M04 到此結束。網站首頁的課程地圖列出所有單元。
+# :ref:`M04-4 · 在真實架構上做 QAT <sphx_glr_lessons_m04_accuracy_m04_4_qat_real_architecture.py>`
+# 把同一套排程用在 torchvision 的 MobileNetV2 上，為手機量化，並在全新的行程裡從 checkpoint
+# 接著訓練。

@@ -409,5 +409,6 @@ assert sizes["pte file"] < 0.3 * sizes["fp32 saved"], "四分之一，再加上 
 #
 # 下一課
 # ------
-# M06 到此結束。網站首頁的課程地圖列出了所有單元；至於浮點數與 int8 之間的準確度差距，請見
+# :ref:`M06-4 · 會變的形狀 <sphx_glr_lessons_m06_executorch_m06_4_shapes_that_change.py>` 讓批次
+# 大小在一個上限內變動，並跟著這個上限走到 ``.pte`` 。至於浮點數與 int8 之間的準確度差距，請見
 # :ref:`M04-1 · 量測誤差 <sphx_glr_lessons_m04_accuracy_m04_1_measuring_the_error.py>` 。

@@ -12,6 +12,8 @@ starts call the same code:
 - ``prepare(model)``: export in train mode with a dynamic batch, ``prepare_qat_pt2e``.
 - ``train_epoch(model, optimizer, epoch)``: one deterministic epoch (one thread, the batch
   order drawn from ``epoch``).
+- ``fine_tune_float(model, learning_rates)``: the float control of a QAT run, the same schedule
+  in float, with its accuracy on the validation split after every epoch; cached.
 - ``freeze_batch_norm(gm)``: every BatchNorm on its running statistics (``batch_norms(gm)``).
 - ``fingerprint(*state_dicts)``: a hash of every tensor, to compare two runs bit for bit.
 """
@@ -19,12 +21,22 @@ starts call the same code:
 import copy
 import hashlib
 from collections import OrderedDict
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from common.data import _reproducible, _trained, digits, export_digits_model, train_pass
+from common.cache import cached_path
+from common.cpu import describe
+from common.data import (
+    _reproducible,
+    _trained,
+    accuracy,
+    digits,
+    export_digits_model,
+    train_pass,
+)
 from common.digest import digest
 from common.vision_models import MobileNetV2
 
@@ -35,6 +47,7 @@ __all__ = [
     "WIDTH",
     "batch_norms",
     "digits_mobilenet_v2",
+    "fine_tune_float",
     "fingerprint",
     "freeze_batch_norm",
     "prepare",
@@ -53,6 +66,7 @@ STAGES = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 2, 2), (6, 64, 2, 2), (6, 96, 1,
 #: Float epochs ``train_digits_mobilenet_v2`` trains for by default.
 EPOCHS = 8
 _SOURCES = (Path(__file__), Path(__file__).with_name("data.py"))
+_BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
 
 
 def digits_mobilenet_v2() -> nn.Sequential:
@@ -126,6 +140,74 @@ def train_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, epoch: int) 
     with _reproducible():
         torch.manual_seed(epoch)
         return train_pass(model, optimizer, order)
+
+
+def fine_tune_float(
+    model: nn.Module, learning_rates: Sequence[float], *, frozen_from: int = 1, cache: bool = True
+) -> tuple[nn.Module, list[float]]:
+    """The float control of a QAT run: a copy of ``model`` fine-tuned in float on its schedule.
+
+    One :func:`train_epoch` per learning rate (epoch ``i`` at ``learning_rates[i]``, Adam, the
+    QAT run's batches and dropout draws), every BatchNorm on its running statistics, and
+    keeping them, from epoch ``frozen_from`` on (what :func:`freeze_batch_norm` does to the
+    prepared graph). After each epoch the copy's accuracy on the calibration split is
+    measured: the validation split, whose labels no training step reads.
+
+    Deterministic and cached as :func:`train_digits_mobilenet_v2`: keyed by ``model`` (its code
+    and weights), the schedule, this module's and ``common.data``'s source, the stack and the
+    CPU's kernel path.
+
+    Args:
+        model: a trained digits model; it is copied, not changed.
+        learning_rates: one per epoch.
+        frozen_from: the first epoch (counted from 0) with every BatchNorm frozen.
+        cache: set ``False`` to train afresh and leave the cache alone.
+
+    Returns:
+        tuple: the fine-tuned copy, in eval mode, and its validation accuracy after each epoch.
+
+    Raises:
+        ValueError: if ``learning_rates`` is empty or ``frozen_from`` is not an epoch of it.
+
+    >>> fine_tune_float(nn.Linear(64, 10), [])
+    Traceback (most recent call last):
+    ...
+    ValueError: learning_rates is empty: give one learning rate per epoch
+    """
+    rates = [float(rate) for rate in learning_rates]
+    if not rates:
+        raise ValueError("learning_rates is empty: give one learning rate per epoch")
+    if isinstance(frozen_from, bool) or frozen_from not in range(len(rates) + 1):
+        last = len(rates)
+        raise ValueError(f"frozen_from must be an epoch from 0 to {last}, got {frozen_from!r}")
+    tuned = copy.deepcopy(model)
+
+    def train() -> list[float]:
+        optimizer = torch.optim.Adam(tuned.parameters(), lr=rates[0])
+        validation = []
+        for epoch, rate in enumerate(rates):
+            for group in optimizer.param_groups:
+                group["lr"] = rate
+            tuned.train()  # every BatchNorm too: frozen again below, each epoch
+            for module in tuned.modules():
+                if isinstance(module, _BATCH_NORMS) and epoch >= frozen_from:
+                    module.eval()
+            train_epoch(tuned, optimizer, epoch=epoch)
+            validation.append(accuracy(tuned.eval(), "calibration"))
+        return validation
+
+    if not cache:
+        return tuned, train()
+
+    def make(path: Path) -> None:
+        validation = train()
+        torch.save({"state": tuned.state_dict(), "validation": validation}, path)
+
+    key = digest(model, rates, frozen_from, *_SOURCES)
+    path = cached_path("weights", f"float_fine_tune-{key}-{describe().kernel_path}.pt", make)
+    saved = torch.load(path, weights_only=True)
+    tuned.load_state_dict(saved["state"])
+    return tuned.eval(), saved["validation"]
 
 
 def batch_norms(gm: torch.fx.GraphModule) -> list:

@@ -40,7 +40,7 @@ TEXT = {
         "accuracy_apart": "（{images} 張中相差 {n} 張）",
         "result_qat": "per-tensor weight、有離群通道的模型：fp32／PTQ／QAT",
         "result_qat_real": "真實架構 MobileNetV2（XNNPACK、per-tensor weight、有離群通道）："
-        "fp32／PTQ／QAT",
+        "fp32／以 QAT 的排程微調的 fp32（同樣的 epoch）／PTQ／QAT",
         "result_bit_exact": "親手寫的 prepare + convert 和 torchao 逐位元相同",
         "result_cases": "{n} 個案例（模型庫的模型 × 2 個 quantizer）",
         "speedup": "{ratio:.2f}×（95% 區間 {low:.2f}–{high:.2f}×，負載 {load:.2f}）",
@@ -101,7 +101,7 @@ TEXT = {
         "accuracy_apart": " ({n} images of {images} apart)",
         "result_qat": "Per-tensor weights, a model with an outlier channel: fp32 / PTQ / QAT",
         "result_qat_real": "A real architecture, MobileNetV2 (XNNPACK, per-tensor weights, an "
-        "outlier channel): fp32 / PTQ / QAT",
+        "outlier channel): fp32 / fp32 fine-tuned on QAT's schedule (same epochs) / PTQ / QAT",
         "result_bit_exact": "Handmade prepare + convert, bit-exact with torchao",
         "result_cases": "{n} cases (the zoo's models × 2 quantizers)",
         "speedup": "{ratio:.2f}× (95 % interval {low:.2f}–{high:.2f}×, load {load:.2f})",

@@ -83,7 +83,7 @@ class CourseResults(GeneratedContent):
         ),
         "M04-1": ("test_images", "fp32_accuracy", "int8_accuracy"),
         "M04-3": ("fp32_accuracy", "ptq_accuracy", "qat_accuracy"),
-        "M04-4": ("fp32_accuracy", "ptq_accuracy", "qat_accuracy"),
+        "M04-4": ("fp32_accuracy", "fp32_tuned_accuracy", "ptq_accuracy", "qat_accuracy"),
         "M02-3": ("bit_exact_cases",),
     }
 
@@ -140,7 +140,7 @@ class CourseResults(GeneratedContent):
             (text["result_qat"], " / ".join(f"{qat[k]:.1%}" for k in accuracies), "M04-3"),
             (
                 text["result_qat_real"],
-                " / ".join(f"{real[k]:.1%}" for k in accuracies),
+                " / ".join(f"{real[k]:.1%}" for k in self.SOURCES["M04-4"]),
                 "M04-4",
             ),
             (

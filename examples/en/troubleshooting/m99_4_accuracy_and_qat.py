@@ -241,7 +241,8 @@ assert all(torch.equal(restored[k], v) for k, v in checkpoint.items()), "every s
 # Reported on ResNet-50 and MobileNet (`pytorch/pytorch#111192
 # <https://github.com/pytorch/pytorch/issues/111192>`_, and again in 2025,
 # `pytorch/pytorch#150746 <https://github.com/pytorch/pytorch/issues/150746>`_): the same model
-# trained with PT2E QAT ends many points below FX QAT. The threads name the BatchNorm. First its numerics: exported
+# trained with PT2E QAT ends many points below FX QAT. The threads name the BatchNorm. First
+# its numerics: exported
 # on a CPU, the graph held ``_native_batch_norm_legit``, whose numerics during QAT were
 # poorer than the CUDA op's, a difference many conv + BatchNorm pairs in a row magnify
 # (`pytorch/pytorch#111384 <https://github.com/pytorch/pytorch/issues/111384>`_). On this

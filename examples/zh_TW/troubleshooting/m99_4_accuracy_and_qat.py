@@ -236,7 +236,8 @@ assert all(torch.equal(restored[k], v) for k, v in checkpoint.items()), "每個 
 # 在 ResNet-50 與 MobileNet 上有人回報（`pytorch/pytorch#111192
 # <https://github.com/pytorch/pytorch/issues/111192>`_ ，2025 年又有人回報：
 # `pytorch/pytorch#150746 <https://github.com/pytorch/pytorch/issues/150746>`_ ）：同一個
-# 模型，用 PT2E 做 QAT 的結果比 FX QAT 低了好幾個百分點。討論串指向 BatchNorm。首先是它的數值：在 CPU 上匯出時，圖裡是
+# 模型，用 PT2E 做 QAT 的結果比 FX QAT 低了好幾個百分點。討論串指向 BatchNorm。首先是
+# 它的數值：在 CPU 上匯出時，圖裡是
 # ``_native_batch_norm_legit``，它在 QAT 期間的數值比 CUDA 上的運算差，而一連串的 conv +
 # BatchNorm 會把差異放大（`pytorch/pytorch#111384
 # <https://github.com/pytorch/pytorch/issues/111384>`_）。在本站的套件版本上，圖裡是

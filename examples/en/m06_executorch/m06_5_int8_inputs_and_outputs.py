@@ -39,11 +39,9 @@ import io
 
 import torch
 
-from common.edge import xnnpack_quantizer
 from common.expect import expect_error
 from common.models import example_inputs, get_model, input_shape
 from common.pt2e import export_module, quiet
-from common.runtime import operators_run
 from common.viz import draw
 
 quiet()
@@ -54,6 +52,9 @@ from executorch.exir.passes.quantize_io_pass import QuantizeInputs, quantize_inp
 from executorch.exir.scalar_type import ScalarType
 from executorch.runtime import Runtime
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+from common.edge import xnnpack_quantizer
+from common.runtime import operators_run
 
 qd = torch.ops.quantized_decomposed
 BATCH, SHAPE = 2, input_shape("small_cnn")

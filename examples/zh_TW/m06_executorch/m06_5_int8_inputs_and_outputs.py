@@ -36,11 +36,9 @@ import io
 
 import torch
 
-from common.edge import xnnpack_quantizer
 from common.expect import expect_error
 from common.models import example_inputs, get_model, input_shape
 from common.pt2e import export_module, quiet
-from common.runtime import operators_run
 from common.viz import draw
 
 quiet()
@@ -51,6 +49,9 @@ from executorch.exir.passes.quantize_io_pass import QuantizeInputs, quantize_inp
 from executorch.exir.scalar_type import ScalarType
 from executorch.runtime import Runtime
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+from common.edge import xnnpack_quantizer
+from common.runtime import operators_run
 
 qd = torch.ops.quantized_decomposed
 BATCH, SHAPE = 2, input_shape("small_cnn")
@@ -132,7 +133,7 @@ dq_in, q_out = next(iter(image.users)), graph.output_node().args[0][0]
 assert dq_in.target == qd.dequantize_per_tensor.default, "x 直接送進 dequantize"
 assert q_out.target == qd.quantize_per_tensor.default, "程式傳回的是 quantize"
 assert image.meta["val"].dtype == torch.int8, "x 現在是 int8 輸入"
-draw(program.graph_module, highlight=[dq_in.name, q_out.name], title="small_cnn：int8 I/O")
+draw(program.graph_module, highlight=[dq_in.name, q_out.name], title="small_cnn：int8 的輸入與輸出")
 
 # %%
 # 步驟 3 — 下放：int8 I/O

@@ -115,7 +115,10 @@ assert len(per_channel) == counts["dequantize_per_channel.default"] == 6, "4 con
 # are compared with the q/dq model's on new images. The two do not compute alike: ONNX
 # Runtime adds int8 × int8 products in int32 and requantizes, the q/dq model runs float
 # convs on dequantized values, so a value close to a rounding boundary can land one step
-# apart. The logits stay within one int8 step of their range (range / 255).
+# apart. On a CPU with VNNI the logits stay within one int8 step of their range (range / 255).
+# Without VNNI, ONNX Runtime's u8 × s8 kernels add pairs of products in 16 bits, which can
+# saturate (ONNX Runtime's quantization guide says so, and suggests ``reduce_range``; oneDNN
+# has the same limit, M03-1): there the difference is printed, not asserted.
 
 images = example_inputs(BATCH, seed=7, shape=shape)
 onnx_int8 = runner(session(onnx_path))
@@ -124,7 +127,10 @@ with torch.no_grad():
 difference = (onnx_int8(*images) - reference).abs().max().item()
 step = ((reference.max() - reference.min()) / 255).item()
 print(f"largest difference {difference:.2e}, one step of the logits {step:.2e}")
-assert difference <= step, "ONNX Runtime within one int8 step of the q/dq model"
+if describe().vnni:
+    assert difference <= step, "ONNX Runtime within one int8 step of the q/dq model"
+else:
+    print(f"no VNNI: {difference / step:.2f} steps, not asserted (16-bit pair sums)")
 
 # %%
 # Which kernels ran? ONNX Runtime writes a profile when the session asks for one

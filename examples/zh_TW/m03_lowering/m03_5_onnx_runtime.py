@@ -111,7 +111,10 @@ assert len(per_channel) == counts["dequantize_per_channel.default"] == 6, "4 個
 # ``session`` 以課程的執行緒數，在 CPU provider 上開啟這個檔案。它的輸出在新的影像上和 q/dq
 # 模型的輸出比較。兩者的算法不同：ONNX Runtime 把 int8 × int8 的乘積加總成 int32 再重新量化，
 # q/dq 模型則對 dequantize 後的值執行浮點 conv，所以靠近捨入邊界的值可能差一格。logits 和
-# q/dq 模型的差距不超過它們範圍的 int8 一格（範圍除以 255）。
+# q/dq 模型的差距，在有 VNNI 的 CPU 上不超過它們範圍的 int8 一格（範圍除以 255）。沒有 VNNI
+# 時，ONNX Runtime 的 u8 × s8 kernel 以 16 位元加總兩兩的乘積，可能飽和（ONNX Runtime 的量化
+# 指南這麼說，並建議用 ``reduce_range`` ；oneDNN 也有同樣的限制，M03-1）：那時只印出差距，
+# 不做 ``assert`` 。
 
 images = example_inputs(BATCH, seed=7, shape=shape)
 onnx_int8 = runner(session(onnx_path))
@@ -120,7 +123,10 @@ with torch.no_grad():
 difference = (onnx_int8(*images) - reference).abs().max().item()
 step = ((reference.max() - reference.min()) / 255).item()
 print(f"最大差距 {difference:.2e}，logits 的一格 {step:.2e}")
-assert difference <= step, "ONNX Runtime 和 q/dq 模型的差距不超過 int8 一格"
+if describe().vnni:
+    assert difference <= step, "ONNX Runtime 和 q/dq 模型的差距不超過 int8 一格"
+else:
+    print(f"沒有 VNNI：差距 {difference / step:.2f} 格，不做 assert（16 位元的兩兩加總）")
 
 # %%
 # 執行了哪些 kernel？session 要求時（ ``SessionOptions.enable_profiling`` ），ONNX Runtime 會寫出

@@ -3,7 +3,7 @@ figures as this build's lessons measured them, each linked to its lesson.
 
 The figure-name contract lives here (CourseResults.SOURCES: which lesson publishes which
 figure, through common.results.publish); a figure missing stops the build with its lesson's
-name. speedup, speedup_of_runs and ties_within_noise say how a speed-up is shown: with its
+name. speedup and ties_within_noise say how a speed-up is shown: with its
 interval (one run's 95 % interval, or the range of several runs) and load, and not ranked
 against another whose interval overlaps it.
 """
@@ -16,17 +16,14 @@ from course_directives import GeneratedContent
 from course_sources import lesson_sources, results_folder
 
 
-def speedup(ratio: float, interval: list, load: float, text: dict) -> str:
-    """A speed-up with its 95 % interval (common.timing.ratio_interval) and the load it ran at."""
+def speedup(ratio: float, interval: list, load: float, text: dict, *, runs: bool = False) -> str:
+    """A speed-up with its interval and load: one run's 95 % interval
+    (common.timing.ratio_interval) and the load it ran at, or, with ``runs``, the median of
+    several processes' speed-ups, their lowest and highest, and the highest load of any."""
     low, high = interval
-    return text["speedup"].format(ratio=ratio, low=low, high=high, load=load)
-
-
-def speedup_of_runs(ratio: float, interval: list, load: float, text: dict) -> str:
-    """A speed-up measured in several processes: the median of their speed-ups, the lowest and
-    highest, and the highest load any of them ran at."""
-    low, high = interval
-    return text["speedup_runs"].format(ratio=ratio, low=low, high=high, load=load)
+    return text["speedup_runs" if runs else "speedup"].format(
+        ratio=ratio, low=low, high=high, load=load
+    )
 
 
 def accuracy_gap(accuracy: dict, text: dict) -> str:
@@ -113,7 +110,7 @@ class CourseResults(GeneratedContent):
             path: (ratio, speed["eager_intervals"][path], speed["eager_loads"][path])
             for path, ratio in sorted(speed["int8_speedup_eager"].items(), key=lambda p: -p[1])
         }
-        paths = " · ".join(f"{path} {speedup_of_runs(*f, text)}" for path, f in eager.items())
+        paths = " · ".join(f"{path} {speedup(*f, text, runs=True)}" for path, f in eager.items())
         ties = [f"{a} ≈ {b}" for a, b in ties_within_noise(eager)]
         if ties:
             paths += text["within_noise"].format(pairs=", ".join(ties))

@@ -7,7 +7,7 @@ import statistics
 import pytest
 
 from course_conf import TEXT
-from course_results import speedup, speedup_of_runs, ties_within_noise
+from course_results import speedup, ties_within_noise
 from course_sources import results_folder
 
 
@@ -105,7 +105,7 @@ def test_publish_refuses_what_is_not_a_finite_json_value(building, value, error,
 
 @pytest.mark.parametrize("lang", TEXT)
 def test_a_speedup_of_several_runs_shows_their_range_and_the_highest_load(lang):
-    shown = speedup_of_runs(2.764, [2.61, 2.93], 2.96, TEXT[lang])
+    shown = speedup(2.764, [2.61, 2.93], 2.96, TEXT[lang], runs=True)
     assert shown.startswith("2.76×") and "2.61–2.93×" in shown and "2.96" in shown
     assert "95" not in shown, "a range of five runs is no 95 % interval"
 

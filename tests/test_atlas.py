@@ -113,6 +113,16 @@ def test_a_layer_norm_between_int8_linears_reads_as_float():
         assert atlas.annotation(item, atlas.quantize(item, quantizer)) == "float", quantizer
 
 
+def test_a_swiglus_mul_is_int8_where_a_broadcast_scale_is_not():
+    """x86 annotates a mul of two tensors of one shape (a language model's SwiGLU,
+    ``silu(w1 x) * w3 x``), not a mul whose operand broadcasts (ConvNeXt's layer scale)."""
+    swiglu, scale = atlas.entry("mul · SwiGLU"), atlas.entry("mul · layer scale")
+    assert atlas.reported(swiglu, "x86")["status"] == "int8 static"
+    assert atlas.reported(scale, "x86")["status"] == "float"
+    assert atlas.reported(swiglu, "xnnpack")["status"] == "int8 static"
+    assert atlas.annotation(swiglu, atlas.quantize(swiglu, "x86")) == "int8"
+
+
 def test_the_public_names_are_documented_as_common_atlas():
     """The API page (autodoc of ``common.atlas``) and sphinx-gallery's backreferences name
     them where the lessons import them, whichever file of the package or backend holds them."""

@@ -934,3 +934,110 @@ def test_a_report_leaves_the_warning_and_log_filters_as_they_were(monkeypatch):
     assert {name: logger.filters for name, logger in zip(names, loggers, strict=True)} == {
         name: [] for name in names
     }
+
+
+# --- A small language model: its RMSNorm written out and its KV-cache writes -------------------
+
+
+@functools.cache
+def tiny_decoder() -> torch.fx.GraphModule:
+    """A 1-block common.language_model.Decoder as M08 exports it: RMSNorm as ``x *
+    rsqrt(mean(x²) + eps) * w`` (three of them), a KV cache written by ``index_copy_``."""
+    from common.language_model import Decoder, export_decoder
+
+    torch.manual_seed(0)
+    model = Decoder(dim=32, layers=1, heads=4, kv_heads=2, hidden=64).eval()
+    return export_decoder(model).module()
+
+
+def _nodes_of(graph, op: str) -> list[str]:
+    return [
+        n.name
+        for n in graph.graph.nodes
+        if n.op == "call_function"
+        and getattr(n.target, "_overloadpacket", None) is not None
+        and n.target._overloadpacket.__name__ == op
+    ]
+
+
+#: The reason each quantizer's rules give for the decoder's ops no quantizer annotates.
+LANGUAGE_MODEL_REASONS = {
+    "x86": {
+        "index_copy_": (
+            "aten.index_copy_ is not in the quantizer's op set (quantizable_ops): the cache it "
+            "writes keeps float values"
+        ),
+        "rsqrt": "aten.rsqrt is not in the quantizer's op set (quantizable_ops)",
+        "pow": "aten.pow is not in the quantizer's op set (quantizable_ops)",
+    },
+    "xnnpack": {
+        "index_copy_": (
+            "aten.index_copy_ is in none of the quantizer's patterns (SUPPORTED_PATTERNS): the "
+            "cache it writes keeps float values, and XnnpackPartitioner has no config for the "
+            "write (ExecuTorch's portable kernels run it)"
+        ),
+        "rsqrt": "aten.rsqrt is in none of the quantizer's patterns (SUPPORTED_PATTERNS)",
+        "pow": "aten.pow is in none of the quantizer's patterns (SUPPORTED_PATTERNS)",
+    },
+}
+LANGUAGE_MODEL_KINDS = {"index_copy_": "cache update", "rsqrt": "elementwise", "pow": "elementwise"}
+
+
+@pytest.mark.parametrize("quantizer", ["x86", "x86_dynamic", "xnnpack", "xnnpack_dynamic"])
+def test_a_language_models_cache_writes_and_rms_norms_are_reported(quantizer):
+    graph = tiny_decoder()
+    report = coverage(graph, QUANTIZERS[quantizer](), every_op=True)
+    expected = LANGUAGE_MODEL_REASONS[quantizer.removesuffix("_dynamic")]
+    counts = {op: len(_nodes_of(graph, op)) for op in LANGUAGE_MODEL_KINDS}
+    assert counts == {"index_copy_": 2, "rsqrt": 3, "pow": 3}, "k and v; three RMSNorms"
+    for op, kind in LANGUAGE_MODEL_KINDS.items():
+        for name in _nodes_of(graph, op):
+            said = report[name]  # KeyError if the report skipped it
+            assert (said.kind, said.status, said.reason) == (kind, "float", expected[op]), said
+            zh = said.reason_in("zh_TW")
+            assert zh != said.reason and CJK.search(zh), zh
+    assert report.counts()["cache update"] == (0, 2)
+    assert "index_copy_" in report.grouped(with_layout=False, lang="en"), "not a layout op"
+
+
+def test_the_language_models_reasons_are_the_quantizers_rules():
+    """What the reasons say, checked against the installed quantizers: none of x86's op sets
+    and none of XNNPACK's patterns holds the ops; XNNPACK's partitioner has no config for the
+    cache's write, which is an ``index_put`` in the edge dialect."""
+    from executorch.backends.xnnpack.partition.config import ALL_PARTITIONER_CONFIGS
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import XNNPACKQuantizer
+    from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer
+
+    aten = torch.ops.aten
+    ops = {aten.index_copy_.default, aten.rsqrt.default, aten.pow.Tensor_Scalar}
+    patterns = {o for p in XNNPACKQuantizer.SUPPORTED_PATTERNS for o in p.op_overloads}
+    assert not ops & (set(x86_inductor_quantizer.quantizable_ops) | patterns)
+    names = {getattr(config, "target_name", "") for config in ALL_PARTITIONER_CONFIGS}
+    assert {"rsqrt.default", "pow.Tensor_Scalar"} <= names, "XNNPACK runs them, in float"
+    assert not [n for n in names if n.startswith(("index_put", "index_copy"))]
+
+
+@pytest.mark.parametrize("quantizer", ["x86", "xnnpack"])
+def test_the_converted_language_model_keeps_a_float_cache(quantizer):
+    """What the report says, in the converted graph: the cache's ``index_copy_`` is still there,
+    on a float32 buffer that no quantize node reads (XNNPACK's v arrives dequantized from its
+    int8 linear, and is stored as float all the same)."""
+    graph = tiny_decoder()
+    tokens, positions = torch.tensor([[1, 2, 3]]), torch.arange(3)
+    done = {
+        n.name: n
+        for n in converted(graph, QUANTIZERS[quantizer](), (tokens, positions)).graph.nodes
+    }
+    for name in _nodes_of(graph, "index_copy_"):
+        node = done[name]
+        cache = node.args[0]
+        assert cache.op == "get_attr" and cache.meta["val"].dtype == torch.float32, "float"
+        assert not [u for u in cache.users if is_q(u)], "nothing quantizes the cache"
+
+
+def test_pow_and_rsqrt_count_with_one_tensor_sub_and_div_only_with_two():
+    from common.coverage.ops import _BINARY
+
+    aten = torch.ops.aten
+    assert {aten.sub.Tensor, aten.div.Tensor} <= _BINARY
+    assert not {aten.rsqrt.default, aten.pow.Tensor_Scalar} & _BINARY

@@ -201,6 +201,19 @@ class _Gate(nn.Module):
         return self.conv2(y * self.gate(self.squeeze(y)))
 
 
+class _SwiGLU(nn.Module):
+    """``w2(silu(w1 x) * w3 x)``: a Llama-style feed-forward, its mul between two linears of
+    one shape (common.language_model's ``FeedForward``, small)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w1, self.w3 = nn.Linear(16, 32, bias=False), nn.Linear(16, 32, bias=False)
+        self.w2 = nn.Linear(32, 16, bias=False)
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
 def _lam(function: Callable, label: str) -> nn.Module:
     return _Lambda(function, label)
 
@@ -268,6 +281,13 @@ ENTRIES: tuple = (
     _spec("sub", ["sub"], "conv(x) − conv(x)", lambda: _TwoConvs(torch.sub)),
     _spec("mul", ["mul"], "conv(x) × conv(x)", lambda: _TwoConvs(torch.mul)),
     _spec("mul · layer scale", ["mul"], "γ × conv(x) (ConvNeXt)", _LayerScale),
+    _spec(
+        "mul · SwiGLU",
+        ["mul"],
+        "silu(w1 x) × w3 x → w2 (Llama's feed-forward)",
+        _SwiGLU,
+        TOKENS,
+    ),
     _spec(
         "div",
         ["div"],
@@ -504,6 +524,7 @@ _WHERE_ZH_TW = {
     "conv(x) − conv(x)": "conv(x) − conv(x)",
     "conv(x) × conv(x)": "conv(x) × conv(x)",
     "γ × conv(x) (ConvNeXt)": "γ × conv(x)（ConvNeXt）",
+    "silu(w1 x) × w3 x → w2 (Llama's feed-forward)": "silu(w1 x) × w3 x → w2（Llama 的前饋層）",
     "conv(x) / 2 between convs": "兩個 conv 之間的 conv(x) / 2",
     "two convs' outputs (U-Net's skip)": "兩個 conv 的輸出（U-Net 的 skip connection）",
     "conv → ReLU → max-pool → conv (ResNet's stem)": (

@@ -6,7 +6,8 @@ API:
   copy of the exported graph and reads the annotations. By default it reports the ops of
   ``COMPUTE_OPS`` (conv, linear, matmul, attention, add, mul); ``every_op=True`` reports
   every op of ``OPS`` (also pooling, cat, pad, slices, layout ops, norms, activations,
-  resampling, reductions, embedding, recurrent layers, sub/div).
+  resampling, reductions, embedding, recurrent layers, sub/div, rsqrt/pow, and a KV cache's
+  in-place writes).
 - ``OpCoverage``: ``node``, ``op`` (aten name), ``kind``, ``module``, ``status`` (``int8
   static``, ``int8 dynamic``, ``int8 fused``: runs inside the int8 conv/linear before it;
   ``int8 shared``: int8 in and out with its input's qparams; ``float``), ``reason`` (English)
@@ -56,9 +57,10 @@ __all__ = [
 COMPUTE_OPS = ops.COMPUTE_OPS
 #: Every op ``coverage(..., every_op=True)`` reports, by kind: ``COMPUTE_OPS``; the ops that
 #: can pass int8 values through (``pool``, ``cat``, ``pad``, ``slice``, ``layout``); ``norm``,
-#: ``activation``, ``resample``, ``reduction``, ``embedding``, ``recurrent``; and ``sub`` and
-#: ``div`` between two tensors (``elementwise``). An eval-mode dropout, an identity, is not
-#: listed.
+#: ``activation``, ``resample``, ``reduction``, ``embedding``, ``recurrent``; ``sub`` and
+#: ``div`` between two tensors, ``rsqrt`` and ``pow`` (``elementwise``); a KV cache's in-place
+#: writes, ``index_copy_`` and ``index_put_`` (``cache update``). An eval-mode dropout, an
+#: identity, is not listed.
 OPS = ops.OPS
 #: The kinds of ``OPS`` whose ops move values without arithmetic (``grouped(with_layout=False)``
 #: leaves them out).

@@ -44,16 +44,17 @@ def coverage(
 
     With ``every_op=True`` the report covers every op of ``OPS``: also pooling, cat, pad,
     slices, layout ops, norms, activations, resampling, reductions, embeddings, recurrent
-    layers. Such an op is ``int8 fused`` when it runs inside the int8 conv, linear or add
-    before it (a ReLU or GELU the quantizer annotated as that pattern's end), ``int8 shared``
-    when the quantizer gave it int8 input and output with its input's qparams (max-pool, cat,
-    XNNPACK's propagated ops), ``int8 static`` when int8 in and out with qparams of its own,
-    else ``float`` with the quantizer's rule: for x86, a propagation op whose input is float,
-    an activation that x86 fuses only after certain convs and linears, an op x86 has no int8
-    form of; for XNNPACK, an op no pattern covers, a pass-through op after a float output,
-    and an op XNNPACK's partitioner refuses (its ``check_constraints``, as ``mean`` over
-    anything but H and W of a 4-D tensor with ``keepdim``), which ExecuTorch's portable
-    kernels then run in float even where the quantizer annotated it.
+    layers, elementwise ops, a KV cache's writes. Such an op is ``int8 fused`` when it runs
+    inside the int8 conv, linear or add before it (a ReLU or GELU the quantizer annotated as
+    that pattern's end), ``int8 shared`` when the quantizer gave it int8 input and output with
+    its input's qparams (max-pool, cat, XNNPACK's propagated ops), ``int8 static`` when int8 in
+    and out with qparams of its own, else ``float`` with the quantizer's rule: for x86, a
+    propagation op whose input is float, an activation that x86 fuses only after certain convs
+    and linears, an op x86 has no int8 form of; for XNNPACK, an op no pattern covers, a
+    pass-through op after a float output, and an op XNNPACK's partitioner refuses (its
+    ``check_constraints``, as ``mean`` over anything but H and W of a 4-D tensor with
+    ``keepdim``), which ExecuTorch's portable kernels then run in float even where the quantizer
+    annotated it.
 
     When ``prepare_pt2e`` puts no observer in the graph, every report the result prints says
     first that nothing was quantized (``Coverage.nothing_quantized``), and why where the graph

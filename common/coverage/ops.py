@@ -41,9 +41,16 @@ def _targets(kind: str, *names: str) -> dict:
 
 #: Every op ``coverage(..., every_op=True)`` reports, by kind: ``COMPUTE_OPS``; the ops that
 #: can pass int8 values through (``pool``, ``cat``, ``pad``, ``slice``, ``layout``); ``norm``,
-#: ``activation``, ``resample``, ``reduction``, ``embedding``, ``recurrent``; and ``sub`` and
-#: ``div`` between two tensors (``elementwise``). An eval-mode dropout, an identity, is not
-#: listed.
+#: ``activation``, ``resample``, ``reduction``, ``embedding``, ``recurrent``; ``sub`` and
+#: ``div`` between two tensors, and ``rsqrt`` and ``pow`` (an RMSNorm written out, as Llama
+#: writes it: ``elementwise``); and the in-place writes of a KV cache (``cache update``:
+#: ``index_copy_``, ``index_put_``). An eval-mode dropout, an identity, is not listed.
+#:
+#: ``cache update`` is a kind of its own, not a ``layout`` op: it writes its source's values
+#: into a buffer that outlives the call (the cache a language model's next call reads), so the
+#: dtype it writes is the cache's, kept in memory from call to call; a layout op hands its
+#: input's values to the next op of the same call (and ``grouped(with_layout=False)`` would
+#: leave the cache out).
 OPS = {
     **COMPUTE_OPS,
     **_targets(
@@ -162,12 +169,33 @@ OPS = {
     ),
     **_targets("embedding", "embedding.default", "embedding_bag.default"),
     **_targets("recurrent", "lstm.input", "gru.input", "rnn_tanh.input", "rnn_relu.input"),
-    **_targets("elementwise", "sub.Tensor", "div.Tensor"),
+    **_targets("elementwise", "sub.Tensor", "div.Tensor", "rsqrt.default", "pow.Tensor_Scalar"),
+    **_targets(
+        "cache update",
+        "index_copy_.default",
+        "index_copy.default",
+        "index_put_.default",
+        "index_put.default",
+    ),
 }
 #: The kinds of ``OPS`` whose ops move values without arithmetic (``grouped(with_layout=False)``
 #: leaves them out).
 MOVING_KINDS = ("layout", "slice")
-#: Ops of ``OPS`` that compute on two tensors, reported only when both operands are tensors.
-_BINARY = {target for target, kind in OPS.items() if kind in ("add", "mul", "elementwise")}
+#: Ops of ``OPS`` that compute on two tensors, reported only when both operands are tensors
+#: (not ``rsqrt`` and ``pow(x, 2)``: elementwise ops of one tensor).
+_BINARY = {target for target, kind in OPS.items() if kind in ("add", "mul")} | {
+    aten.sub.Tensor,
+    aten.div.Tensor,
+}
 #: The kinds of ``COMPUTE_OPS``: an op of another kind is read by ``_classify_other``.
 _COMPUTE_KINDS = frozenset(COMPUTE_OPS.values())
+
+
+def _float_cache(node) -> str:
+    """The buffer a cache update (``index_copy_``, ``index_put_``) writes, by its name, when it
+    holds float values; ``""`` otherwise."""
+    target = node.args[0] if node.args else None
+    value = target.meta.get("val") if isinstance(target, torch.fx.Node) else None
+    if not isinstance(value, torch.Tensor) or not value.dtype.is_floating_point:
+        return ""
+    return str(target.target) if target.op == "get_attr" else target.name

@@ -17,7 +17,7 @@ from common.coverage.classify import (
     _unobserved,
     _value_inputs,
 )
-from common.coverage.ops import _COMPUTE_KINDS, COMPUTE_OPS, OPS, aten
+from common.coverage.ops import _COMPUTE_KINDS, COMPUTE_OPS, OPS, _float_cache, aten
 from common.coverage.words import _Text
 
 __all__ = ["X86_UNARY_FUSIONS", "X86Rules"]
@@ -59,6 +59,15 @@ _TEXTS = {
     "not in op set": {
         "en": "aten.{op} is not in the quantizer's op set (quantizable_ops)",
         "zh_TW": "aten.{op} 不在 quantizer 的運算集合裡（quantizable_ops）",
+    },
+    "cache update": {
+        "en": (
+            "aten.{op} is not in the quantizer's op set (quantizable_ops): the cache it "
+            "writes keeps float values"
+        ),
+        "zh_TW": (
+            "aten.{op} 不在 quantizer 的運算集合裡（quantizable_ops）：它寫入的快取保持浮點數值"
+        ),
     },
     "matmul on request": {
         "en": (
@@ -260,6 +269,9 @@ class X86Rules(Rules):
             if target == aten.cat.default:
                 return _text("x86 propagation cat", nodes=floats)
             return _text("x86 propagation", op=op, nodes=floats)
+        cache_update = OPS.get(target) == "cache update" and target not in x86.quantizable_ops
+        if cache_update and _float_cache(node):
+            return _text("cache update", op=op)
         unary = _UNARY_NAMES.get(target)
         patterns = [
             f"{first} + {unary}" for first, ops in X86_UNARY_FUSIONS.items() if unary in ops

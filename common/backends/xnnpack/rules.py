@@ -6,7 +6,7 @@ import torch
 
 from common.coverage import words
 from common.coverage.classify import Rules, _generic_reason, _op_name, _unobserved
-from common.coverage.ops import _COMPUTE_KINDS, aten
+from common.coverage.ops import _COMPUTE_KINDS, _float_cache, aten
 from common.coverage.words import _Text
 
 __all__ = ["XnnpackRules"]
@@ -26,6 +26,18 @@ _TEXTS = {
     "in no pattern": {
         "en": "aten.{op} is in none of the quantizer's patterns (SUPPORTED_PATTERNS)",
         "zh_TW": "aten.{op} 不在 quantizer 的任何一個模式裡（SUPPORTED_PATTERNS）",
+    },
+    "cache update": {
+        "en": (
+            "aten.{op} is in none of the quantizer's patterns (SUPPORTED_PATTERNS): the cache "
+            "it writes keeps float values, and XnnpackPartitioner has no config for the write "
+            "(ExecuTorch's portable kernels run it)"
+        ),
+        "zh_TW": (
+            "aten.{op} 不在 quantizer 的任何一個模式裡（SUPPORTED_PATTERNS）：它寫入的快取"
+            "保持浮點數值，而 XnnpackPartitioner 沒有這個寫入的設定（由 ExecuTorch 的 "
+            "portable kernel 執行）"
+        ),
     },
     "dynamic: linear and conv only": {
         "en": "the dynamic config annotates only linear and conv (patterns marked is_dynamic)",
@@ -95,6 +107,11 @@ class XnnpackRules(Rules):
             if issubclass(config, GenericNodePartitionerConfig)
         }
         self.quantizer = quantizer
+        # the configs' names are edge ops: a cache's index_copy_ is an index_put there
+        self.writes_delegated = any(
+            getattr(config, "target_name", "").startswith(("index_put", "index_copy"))
+            for config in ALL_PARTITIONER_CONFIGS
+        )
         self.targets = {aten.add_.Tensor, aten.mul_.Tensor}  # its add and mul annotators take both
         for pattern in quantizer.SUPPORTED_PATTERNS:
             self.targets |= set(pattern.op_overloads)
@@ -117,6 +134,9 @@ class XnnpackRules(Rules):
             ):
                 producer = _unobserved(node.args[0]).name
                 return _text("xnnpack shares", op=_op_name(node), producer=producer)
+        if kind == "cache update" and _float_cache(node) and node.target not in self.targets:
+            if not self.writes_delegated:
+                return _text("cache update", op=_op_name(node))
         if node.target not in self.targets:
             return _text("in no pattern", op=node.target._overloadpacket.__name__)
         activation = getattr(config, "input_activation", None)

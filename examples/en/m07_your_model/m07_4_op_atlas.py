@@ -186,7 +186,9 @@ for row in rows:
 # ``X86InductorQuantizer`` (torchao's ``x86_inductor_quantizer.py``) annotates by these rules:
 #
 # 1. conv2d, linear and a ``mul`` of two tensors of one shape are int8 (its
-#    ``default_quantizable_ops``); conv1d only with an ``nn.ReLU`` after it.
+#    ``default_quantizable_ops``): two convs' outputs, or a language model's SwiGLU,
+#    ``silu(w1 x) * w3 x``, but not a broadcast scale; conv1d only with an ``nn.ReLU`` after
+#    it.
 # 2. An activation module right after a conv or linear is fused into it, from two lists:
 #    after a conv ``nn.ReLU``, ``nn.ReLU6`` (hardtanh), ``nn.Hardswish``, ``nn.SiLU``; after
 #    a linear ``nn.ReLU``, ``nn.LeakyReLU``, ``nn.Tanh``, ``nn.GELU``. An ``add`` directly

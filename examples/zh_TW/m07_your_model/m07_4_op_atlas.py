@@ -184,7 +184,8 @@ for row in rows:
 # ``X86InductorQuantizer`` （torchao 的 ``x86_inductor_quantizer.py`` ）依這些規則標註：
 #
 # 1. conv2d、linear，以及兩個形狀相同的張量的 ``mul`` 是 int8（它的
-#    ``default_quantizable_ops`` ）；conv1d 只在後面接著 ``nn.ReLU`` 時才是。
+#    ``default_quantizable_ops`` ）：兩個 conv 的輸出相乘，或語言模型 SwiGLU 的
+#    ``silu(w1 x) * w3 x`` 都是，會廣播的縮放則不是；conv1d 只在後面接著 ``nn.ReLU`` 時才是。
 # 2. 緊接在 conv 或 linear 後面的活化模組會融合進去，依兩份清單：conv 後面是 ``nn.ReLU`` 、
 #    ``nn.ReLU6`` （hardtanh）、 ``nn.Hardswish`` 、 ``nn.SiLU`` ；linear 後面是 ``nn.ReLU`` 、
 #    ``nn.LeakyReLU`` 、 ``nn.Tanh`` 、 ``nn.GELU`` 。直接接在自己的 conv 或 linear 後面的

@@ -38,6 +38,7 @@ API_ORDER = (
     "common.numerics",
     "common.data",
     "common.qat",
+    "common.language_model",
     "common.coverage",
     "common.atlas",
     "common.graph",

@@ -41,6 +41,12 @@ TEXT = {
         "result_qat": "per-tensor weight、有離群通道的模型：fp32／PTQ／QAT",
         "result_qat_real": "真實架構 MobileNetV2（XNNPACK、per-tensor weight、有離群通道）："
         "fp32／以 QAT 的排程微調的 fp32（同樣的 epoch）／PTQ／QAT",
+        "result_perplexity": "字元級語言模型在保留文字上的困惑度"
+        "（只看字元頻率時為 {unigram:.1f}）：fp32／int8 動態（XNNPACK）／"
+        "int8 動態（x86，``torch.compile``）／8da4w（int4 權重）",
+        "result_decode": "同一個模型的 8da4w ``.pte``（{kb:.0f} kB）在 ExecuTorch runtime 上"
+        "逐字解碼的速度",
+        "tokens_per_s": "每秒 {pte:.0f} 個 token（eager fp32 每秒 {fp32:.0f} 個；負載 {load:.2f}）",
         "result_bit_exact": "親手寫的 prepare + convert 和 torchao 逐位元相同",
         "result_cases": "{n} 個案例（模型庫的模型 × 2 個 quantizer）",
         "speedup": "{ratio:.2f}×（95% 區間 {low:.2f}–{high:.2f}×，負載 {load:.2f}）",
@@ -102,6 +108,12 @@ TEXT = {
         "result_qat": "Per-tensor weights, a model with an outlier channel: fp32 / PTQ / QAT",
         "result_qat_real": "A real architecture, MobileNetV2 (XNNPACK, per-tensor weights, an "
         "outlier channel): fp32 / fp32 fine-tuned on QAT's schedule (same epochs) / PTQ / QAT",
+        "result_perplexity": "A character-level language model's held-out perplexity "
+        "(character frequencies alone: {unigram:.1f}): fp32 / int8 dynamic (XNNPACK) / "
+        "int8 dynamic (x86, ``torch.compile``) / 8da4w (int4 weights)",
+        "result_decode": "The same model as an 8da4w ``.pte`` ({kb:.0f} kB) on the ExecuTorch "
+        "runtime, decoding one token per call",
+        "tokens_per_s": "{pte:.0f} tokens/s (eager fp32: {fp32:.0f} tokens/s; load {load:.2f})",
         "result_bit_exact": "Handmade prepare + convert, bit-exact with torchao",
         "result_cases": "{n} cases (the zoo's models × 2 quantizers)",
         "speedup": "{ratio:.2f}× (95 % interval {low:.2f}–{high:.2f}×, load {load:.2f})",

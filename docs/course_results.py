@@ -82,6 +82,14 @@ class CourseResults(GeneratedContent):
         "M04-3": ("fp32_accuracy", "ptq_accuracy", "qat_accuracy"),
         "M04-4": ("fp32_accuracy", "fp32_tuned_accuracy", "ptq_accuracy", "qat_accuracy"),
         "M02-3": ("bit_exact_cases",),
+        "M08-2": (
+            "unigram_perplexity",
+            "perplexity_fp32",
+            "perplexity_int8_xnnpack",
+            "perplexity_int8_x86",
+            "perplexity_int4",
+        ),
+        "M08-3": ("decode_tokens_per_s", "decode_tokens_per_s_fp32", "timing_load", "pte_bytes"),
     }
 
     def figures(self, lesson: str) -> dict:
@@ -103,6 +111,7 @@ class CourseResults(GeneratedContent):
         text = TEXT[self.config.language]
         speed, qat, real = self.figures("M03-3"), self.figures("M04-3"), self.figures("M04-4")
         accuracy, handmade = self.figures("M04-1"), self.figures("M02-3")
+        language, phone = self.figures("M08-2"), self.figures("M08-3")
         native = speed["int8_path"]
         # Fastest first, so the order is the ranking (the figures' file keeps them by name);
         # pairs whose intervals overlap are named after them.
@@ -139,6 +148,20 @@ class CourseResults(GeneratedContent):
                 text["result_qat_real"],
                 " / ".join(f"{real[k]:.1%}" for k in self.SOURCES["M04-4"]),
                 "M04-4",
+            ),
+            (
+                text["result_perplexity"].format(unigram=language["unigram_perplexity"]),
+                " / ".join(f"{language[k]:.3f}" for k in self.SOURCES["M08-2"][1:]),
+                "M08-2",
+            ),
+            (
+                text["result_decode"].format(kb=phone["pte_bytes"] / 1000),
+                text["tokens_per_s"].format(
+                    pte=phone["decode_tokens_per_s"],
+                    fp32=phone["decode_tokens_per_s_fp32"],
+                    load=phone["timing_load"],
+                ),
+                "M08-3",
             ),
             (
                 text["result_bit_exact"],

@@ -5,10 +5,12 @@ Troubleshooting: prepare and convert
 The errors and silent failures of ``prepare_pt2e`` and ``convert_pt2e``: a reused activation
 module, a weight two modules share, a module left float by name, observers and specs that do
 not fit together, a ``forward`` under ``@torch.no_grad()``, a model converted without
-calibration, and a graph edit that ``constant_fold`` cannot survive. Each
-entry is headed by the exact first line of the message (or the symptom in a reader's words),
-reproduces it on this site's stack (torch 2.13, torchao 0.18), shows the cause, asserts the
-fix, and links to the lesson that explains it.
+calibration, a graph edit that ``constant_fold`` cannot survive, and, on M08's language model,
+a dynamic int8 decoder that outputs zeros, a KV cache that seems lost after convert, and
+linears whose width int4 groups of 32 do not divide. Each entry is headed by the exact first
+line of the message (or the symptom in a reader's words), reproduces it on this site's stack
+(torch 2.13, torchao 0.18, executorch 1.5.1), shows the cause, asserts the fix, and links to
+the lesson that explains it.
 
 **Prerequisites**: none; each entry links to the lesson that explains it.
 """
@@ -536,6 +538,265 @@ gm.recompile()
 constant_fold(gm)
 doubled, added = gm(torch.ones(4))
 assert torch.equal(doubled, torch.arange(4.0) * 2) and torch.equal(added, torch.arange(4.0) + 1)
+
+# %%
+# Dynamic int8 language model outputs only zeros after convert_pt2e
+# -----------------------------------------------------------------
+# M08's decoder, quantized for XNNPACK with dynamic int8 activations (``is_dynamic=True``:
+# each activation's scale is measured at run time), converted straight after ``prepare_pt2e``
+# because "dynamic quantization needs no calibration". Nothing raises; ``convert_pt2e`` warns
+# once per weight (the warning of the entry above, 29 times, easy to scroll past). Every logit
+# is exactly 0.0: each next character is equally likely, the perplexity is the size of the
+# vocabulary, and greedy generation writes ``VOCAB[0]``, a line break, again and again.
+
+from common.language_model import (
+    MAX_LEN,
+    VOCAB,
+    encode,
+    export_decoder,
+    generate,
+    perplexity,
+    reset_cache,
+    train_decoder,
+)
+
+decoder, _ = train_decoder()  # trained once per stack, then loaded from the course's cache
+dynamic = get_symmetric_quantization_config(is_per_channel=True, is_dynamic=True)
+prompt = (encode("The import")[None], torch.arange(10))
+LENGTH = torch.export.Dim("length", min=1, max=MAX_LEN)  # as export_decoder declares it
+DQ_CHANNEL = torch.ops.quantized_decomposed.dequantize_per_channel.default
+
+
+def dynamic_prepared() -> torch.fx.GraphModule:
+    """The decoder exported for prefill and decode, prepared for dynamic int8 on XNNPACK."""
+    return prepare_pt2e(export_decoder(decoder).module(), xnnpack_quantizer().set_global(dynamic))
+
+
+never_run = dynamic_prepared()
+observers = [m for name, m in never_run.named_modules() if "activation_post_process" in name]
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    zeros = convert_pt2e(never_run)
+with torch.no_grad():
+    logits = zeros(*prompt)
+text = generate(zeros, "The import statement", 20)
+uniform = perplexity(zeros, windows=1)
+print(f"{len(caught)} warnings; largest |logit| {logits.abs().max().item()}")
+print(f"perplexity {uniform:.2f} (vocabulary: {len(VOCAB)} characters); generated {text!r}")
+assert torch.equal(logits, torch.zeros_like(logits)), "every logit is 0.0"
+assert abs(uniform - len(VOCAB)) < 1e-3 and text == VOCAB[0] * 20, "uniform: no prediction"
+
+# %%
+# **Cause**: dynamic quantization measures the *activations* at run time, but the *weights*
+# still get their scales from observers (``PerChannelMinMaxObserver``, one per linear), and an
+# observer sees its weight only when the prepared model runs. Never run, each holds no
+# minimum (``tensor([])``) and returns its default scale, 1.0: every weight is rounded to a
+# whole number, and this model's weights, all smaller than 0.5, round to 0. So does the
+# output linear's, and with no bias the logits are 0. The same trap on a one-layer model, with
+# the scales printed, is in :ref:`Troubleshooting: ExecuTorch and XNNPACK
+# <sphx_glr_lessons_troubleshooting_m99_5_executorch_and_xnnpack.py>`.
+
+weights = [m for m in observers if type(m).__name__ == "PerChannelMinMaxObserver"]
+int8_weights = [
+    getattr(zeros, n.args[0].target)
+    for n in zeros.graph.find_nodes(op="call_function", target=DQ_CHANNEL)
+]
+largest = max(m.weight.abs().max().item() for m in decoder.modules() if isinstance(m, nn.Linear))
+print(f"{len(weights)} weight observers, min_val {weights[0].min_val}; largest |w| {largest:.3f}")
+assert all(m.min_val.numel() == 0 for m in weights), "no weight observer ever ran"
+assert len(caught) == len(weights), "one warning per weight"
+assert largest < 0.5 and not any(w.count_nonzero() for w in int8_weights), "every weight is 0"
+
+# %%
+# **Fix**: one calibration call, on any prompt, between ``prepare_pt2e`` and ``convert_pt2e``:
+# it runs every weight observer (the activations' scales are still measured at run time). The
+# perplexity is then back within 1 % of the float model's, on the same held-out windows.
+# The three ways of quantizing this decoder, calibration included, are
+# :ref:`M08-2 · Quantized three ways
+# <sphx_glr_lessons_m08_language_model_m08_2_quantized_three_ways.py>`.
+
+calibrated = dynamic_prepared()
+with torch.no_grad():
+    calibrated(*prompt)  # one call: any prompt will do
+int8_decoder = convert_pt2e(calibrated)
+scores = {"float": perplexity(decoder, windows=5), "int8": perplexity(int8_decoder, windows=5)}
+print({name: f"{score:.3f}" for name, score in scores.items()})
+with torch.no_grad():
+    assert int8_decoder(*prompt).abs().max() > 1, "real logits again"
+assert scores["int8"] < scores["float"] * 1.01, "within 1 % of the float perplexity"
+
+# %%
+# KV cache not updated after convert_pt2e (buffers_to_mutate is empty)
+# --------------------------------------------------------------------
+# Reported as `pytorch/ao#4138 <https://github.com/pytorch/ao/issues/4138>`_: a model that
+# writes a buffer in place (a KV cache) goes through ``prepare_pt2e`` and ``convert_pt2e``,
+# and the re-exported program's ``graph_signature.buffers_to_mutate`` is empty: the cache
+# looks lost. Checked on the converted decoder of the entry above: export's signature lists
+# no mutated buffer, for the float program (``export_decoder``) as for the int8 one.
+
+reset_cache(int8_decoder)
+with torch.no_grad():
+    reexported = torch.export.export(
+        int8_decoder, prompt, dynamic_shapes=({1: LENGTH}, {0: LENGTH})
+    )
+signatures = {
+    "float": dict(export_decoder(decoder).graph_signature.buffers_to_mutate),
+    "int8": dict(reexported.graph_signature.buffers_to_mutate),
+}
+print(f"buffers_to_mutate: {signatures}")
+assert signatures == {"float": {}, "int8": {}}, "empty in both signatures"
+
+# %%
+# **Cause**: nothing is lost on torch 2.13 / torchao 0.18. ``torch.export`` returns the
+# *training IR*, which keeps in-place ops as they are: the graph still calls
+# ``aten.index_copy_`` on each cache, and only a functional graph lists the buffers it
+# writes. The converted model's ``index_copy_`` writes the cache buffer itself, not a
+# dequantized copy of it, and a call of the converted model fills the cache.
+
+writes = reexported.graph.find_nodes(op="call_function", target=torch.ops.aten.index_copy_.default)
+targets = reexported.graph_signature.inputs_to_buffers
+assert all(n.args[0].name in targets for n in writes), "each writes a buffer, not a copy"
+written = sorted(targets[n.args[0].name] for n in writes)
+print(f"{len(writes)} index_copy_ nodes write {written[:2]} ...")
+reset_cache(int8_decoder)
+with torch.no_grad():
+    int8_decoder(*prompt)
+caches = {n: b for n, b in int8_decoder.named_buffers() if n.endswith(("k_cache", "v_cache"))}
+assert len(caches) == 8 and sorted(caches) == written, "each of the 8 caches is written in place"
+assert all(
+    b[:, :, :10].count_nonzero() and not b[:, :, 10:].count_nonzero() for b in caches.values()
+)
+
+# %%
+# **Fix**: look at the functional graph: ``run_decompositions()`` (which ``to_edge`` runs
+# too) turns each ``index_copy_`` into an ``index_put`` whose result the signature writes back
+# to its buffer, and ``buffers_to_mutate`` lists all 8 caches. The two upstream fixes are both
+# in torchao 0.18: constant folding no longer folds the input of a ``copy_`` or ``put_`` op
+# (`pytorch/ao#4181 <https://github.com/pytorch/ao/pull/4181>`_), and ``prepare_pt2e`` no
+# longer inserts an observer on the buffer such an op writes
+# (`pytorch/ao#4466 <https://github.com/pytorch/ao/pull/4466>`_). On an older torchao, with a
+# quantizer that annotates the cache write (ExecuTorch's ``TOSAQuantizer`` in the report), the
+# buffer was folded into a constant (``_frozen_param0``) or the op wrote a dequantized
+# temporary instead of the buffer, and the re-exported program had no buffer mutation: the
+# cache really stayed empty. Upgrade to torchao 0.18. The cache through
+# export is :ref:`M08-1 · A decoder and its KV cache
+# <sphx_glr_lessons_m08_language_model_m08_1_a_decoder_and_its_cache.py>`.
+
+functional = reexported.run_decompositions().graph_signature.buffers_to_mutate
+first = next(iter(functional.items()))
+print(f"after run_decompositions(): {len(functional)} buffers to mutate, the first {first}")
+assert sorted(functional.values()) == sorted(caches), "all 8 caches are written back"
+
+# %%
+# AssertionError: Expecting input size at 1 dimension: 344 to be divisible by block_size
+# --------------------------------------------------------------------------------------
+# torchao's ``quantize_`` with ExecuTorch's 8da4w recipe (``Int8DynamicActivationIntxWeightConfig``:
+# int8 activations, int4 weights in groups of 32 along each row) on a decoder whose SwiGLU is 344
+# wide instead of M08's 352: ``feed_forward.w2`` reads 344 features, which groups of 32 do not
+# divide (344 = 10 × 32 + 24). An untrained decoder is enough: the shapes fail, not the values.
+
+from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
+from torchao.quantization.granularity import PerAxis, PerGroup
+
+from common.language_model import Decoder
+
+INT4_GROUPS = Int8DynamicActivationIntxWeightConfig(
+    weight_dtype=torch.int4, weight_granularity=PerGroup(32)
+)
+
+
+def float_linears(model: nn.Module) -> list[str]:
+    """The linears whose weight ``quantize_`` left a plain float ``Parameter``."""
+    return [
+        name
+        for name, m in model.named_modules()
+        if isinstance(m, nn.Linear) and type(m.weight) is nn.Parameter
+    ]
+
+
+with expect_error(AssertionError, match="344 to be divisible by block_size"):
+    quantize_(Decoder(hidden=344), INT4_GROUPS)
+
+# %%
+# **Cause**: a group takes ``group_size`` consecutive input features of one output row and
+# shares one scale, so every linear's ``in_features`` must be a multiple of it. The group size
+# that divides every width here, ``math.gcd`` of them all, is 8, but XNNPACK delegates int4
+# groups only in multiples of 32 (``node_visitor.py``: "Delegation to XNNPACK requires
+# group_size to be a multiple of 32"), and int4 per channel is one group of 344, which it
+# refuses too; the one linear below shows it.
+
+import math
+
+from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+from executorch.exir import to_edge_transform_and_lower
+
+widths = {m.in_features for m in Decoder(hidden=344).modules() if isinstance(m, nn.Linear)}
+print(f"in_features: {sorted(widths)}; gcd {math.gcd(*widths)}")
+one = nn.Sequential(nn.Linear(344, 128, bias=False)).eval()
+quantize_(
+    one,
+    Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerAxis(0)),
+)
+with expect_error(AssertionError, match="requires group_size to be a multiple of 32"):
+    program = torch.export.export(one, (torch.randn(1, 344),))
+    to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
+assert math.gcd(*widths) == 8, "no group size both divides 344 and is a multiple of 32"
+
+# %%
+# **Fix**: int4 in groups of 32 where the width allows, and int8 weights, one scale per
+# output channel (``PerAxis(0)``, 8da8w), for the linears it does not; XNNPACK runs both
+# (``QB4W`` and ``QC8W`` GEMMs). Or give the model widths that are multiples of 32, as M08's
+# 352. Both recipes side by side are
+# :ref:`M08-2 · Quantized three ways
+# <sphx_glr_lessons_m08_language_model_m08_2_quantized_three_ways.py>`.
+
+INT8_PER_CHANNEL = Int8DynamicActivationIntxWeightConfig(
+    weight_dtype=torch.int8, weight_granularity=PerAxis(0)
+)
+mixed = Decoder(hidden=344).eval()
+quantize_(mixed, INT4_GROUPS, filter_fn=lambda m, fqn: getattr(m, "in_features", 1) % 32 == 0)
+still_float = float_linears(mixed)
+quantize_(mixed, INT8_PER_CHANNEL, filter_fn=lambda m, fqn: fqn in still_float)
+print(f"linears left float: {float_linears(mixed)}")
+assert not float_linears(mixed), "every linear quantized"
+
+# %%
+# 8da4w model is larger than expected: some linears stayed float
+# --------------------------------------------------------------
+# ExecuTorch's LLM recipe (``examples/models/llama/source_transformation/quantize.py``,
+# qmode ``"8da4w"``) raises nothing on the same decoder: its ``filter_fn`` quantizes a linear
+# only when ``m.weight.shape[1] % group_size == 0`` and skips the rest without a word
+# (`pytorch/executorch#22044 <https://github.com/pytorch/executorch/issues/22044>`_). Each
+# block's ``w2`` stays float, at 4 bytes a weight instead of half a byte. (The newer
+# ``executorch/extension/llm/export/quantize.py`` raises instead, unless
+# ``skip_incompatible_shapes=True``, which prints "Skipping ...".)
+
+from executorch.examples.models.llama.source_transformation.quantize import quantize
+
+recipe = quantize(Decoder(hidden=344).eval(), "8da4w", group_size=32)
+left = float_linears(recipe)
+linears = [m for m in recipe.modules() if isinstance(m, nn.Linear)]
+float_count = sum(m.weight.numel() for name, m in recipe.named_modules() if name in left)
+int4_count = sum(m.weight.numel() for m in linears) - float_count
+print(f"left float: {left}")
+print(
+    f"{float_count:,} float weights: {float_count * 4 / 1e3:.0f} kB; "
+    f"{int4_count:,} int4 weights: {int4_count / 2 / 1e3:.0f} kB"
+)
+assert left == [f"layers.{i}.feed_forward.w2" for i in range(4)], "each block's w2, silently"
+assert float_count * 4 > int4_count / 2, "the float quarter outweighs all the int4 weights"
+
+# %%
+# **Fix**: after the recipe, list what it left float (``float_linears`` above) and quantize
+# those linears with int8 per-channel weights, as the entry above does; check that none is
+# left. What ExecuTorch's recipe quantizes, and which linears it must skip, is
+# :ref:`M08-2 · Quantized three ways
+# <sphx_glr_lessons_m08_language_model_m08_2_quantized_three_ways.py>`; the ``.pte`` and its
+# size, :ref:`M08-3 · To a phone <sphx_glr_lessons_m08_language_model_m08_3_to_a_phone.py>`.
+
+quantize_(recipe, INT8_PER_CHANNEL, filter_fn=lambda m, fqn: fqn in left)
+print(f"linears left float: {float_linears(recipe)}")
+assert not float_linears(recipe), "no nn.Linear left float"
 
 # %%
 # Next

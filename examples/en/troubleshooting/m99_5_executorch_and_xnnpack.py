@@ -4,7 +4,8 @@ Troubleshooting: ExecuTorch and XNNPACK
 
 After ``convert_pt2e``, on the way to a ``.pte`` and on the ExecuTorch runtime: a program that
 will not emit, a delegate that will not load, a process that dies without a Python error,
-and a dynamic model whose weights were never measured. Each entry is headed by the exact
+a dynamic model whose weights were never measured, and a language model whose KV cache stops
+``to_executorch()`` when it was exported with grad on. Each entry is headed by the exact
 first line of the message (or the symptom in a reader's words) and reproduces it on this
 site's stack (torch 2.13, torchao 0.18, executorch 1.5.1); an error readers reported on an
 older release that no longer happens here says so, and shows it. Each entry shows the cause,
@@ -849,6 +850,76 @@ assert check.loads, "it loads on this runtime"
 layer_operators = operators_run(layer_program.buffer, list(tokens_in))
 print(layer_operators.summary)
 assert any("QD" in op for op in layer_operators.int8), "dynamically quantized GEMMs"
+
+# %%
+# RuntimeError: a leaf Variable that requires grad is being used in an in-place operation.
+# ----------------------------------------------------------------------------------------
+# A decoder with a KV cache (M08's, one block and untrained: the graph fails, not the values),
+# exported the usual way, ``torch.export.export`` with grad mode on (the default), lowers to
+# XNNPACK; then ``to_executorch()`` fails. The message's next line names the node: a
+# ``copy_`` into the cache buffer ``b_layers_0_attention_k_cache``.
+
+from common.language_model import MAX_LEN, Decoder, encode, export_decoder, reset_cache
+
+torch.manual_seed(0)
+one_block = Decoder(layers=1).eval()
+tokens = encode("import ")
+prefill = (tokens[None], torch.arange(len(tokens)))
+length = Dim("length", min=1, max=MAX_LEN)
+grad_on = torch.export.export(one_block, prefill, dynamic_shapes=({1: length}, {0: length}))
+edge = to_edge_transform_and_lower(grad_on, partitioner=[XnnpackPartitioner()])
+with expect_error(RuntimeError, match="a leaf Variable that requires grad") as caught:
+    edge.to_executorch()
+node = next(line for line in str(caught.error).splitlines() if "While executing" in line)
+written_from = re.search(r"args = \((.*?)\)", node)[1]
+print(f"{node.split(' :')[0]}: copy_({written_from})")
+assert "copy_" in node and "k_cache" in node, "a copy_ into the cache"
+
+# %%
+# **Cause**: exported with grad on, the program's cache inputs are tensors that require grad
+# (their traced values, printed below), because the cache is written from keys and values
+# computed from the parameters. ``to_executorch()`` writes each updated buffer back with a
+# ``copy_`` and runs the graph again in its passes, in the caller's grad mode; autograd
+# refuses an in-place write into a leaf tensor that requires grad.
+
+
+def cache_inputs(program) -> dict[str, bool]:
+    """requires_grad of the traced value of each cache input of an exported program."""
+    return {
+        n.name: n.meta["val"].requires_grad
+        for n in program.graph.find_nodes(op="placeholder")
+        if "cache" in n.name
+    }
+
+
+print(f"exported with grad on: {cache_inputs(grad_on)}")
+assert all(cache_inputs(grad_on).values()), "the caches require grad"
+
+# %%
+# **Fix**: export and lower under ``torch.no_grad()``, as ``common.language_model.export_decoder``
+# exports (either is enough here: the same lowered program goes through ``to_executorch()``
+# under ``torch.no_grad()``). The program then runs on the ExecuTorch runtime and computes the
+# eager model's logits, for the prompt and for the next token, which reads the cache the
+# prompt wrote. The decoder's way to a ``.pte`` is
+# :ref:`M08-3 · To a phone <sphx_glr_lessons_m08_language_model_m08_3_to_a_phone.py>`.
+
+print(f"exported under no_grad: {cache_inputs(export_decoder(one_block))}")
+with torch.no_grad(), warnings.catch_warnings():
+    warnings.filterwarnings(
+        "ignore", "Mutation on a buffer"
+    )  # a cache's initial value does not matter: the mask hides it
+    pte = edge.to_executorch()
+decode = (torch.tensor([[3]]), torch.tensor([len(tokens)]))
+with contextlib.redirect_stderr(io.StringIO()):
+    cached_program = Runtime.get().load_program(pte.buffer)  # alive while its method runs
+    method = cached_program.load_method("forward")
+    on_runtime = [method.execute(list(call))[0] for call in (prefill, decode)]
+reset_cache(one_block)
+with torch.no_grad():
+    eager = [one_block(*call) for call in (prefill, decode)]
+assert not any(cache_inputs(export_decoder(one_block)).values()), "no grad, no leaf to refuse"
+for ours, theirs in zip(on_runtime, eager, strict=True):
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-5)
 
 # %%
 # Next

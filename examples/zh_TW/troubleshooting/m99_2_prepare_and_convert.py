@@ -4,10 +4,11 @@
 
 ``prepare_pt2e`` 與 ``convert_pt2e`` 的錯誤與不報錯的失敗：重複使用的活化函式模組、兩個模組
 共用的 weight、依名稱留在浮點數的模組、彼此不相容的 observer 與 spec、加了
-``@torch.no_grad()`` 的 ``forward``、沒有校準就 convert 的模型，以及
-``constant_fold`` 處理不了的改圖結果。每個條目的標題是錯誤訊息的第一行原文（或讀者口中的
-症狀），在本站的環境（torch 2.13、torchao 0.18）上重現它，指出原因，以 assert 驗證修正方法，
-並連到解釋它的那一課。
+``@torch.no_grad()`` 的 ``forward``、沒有校準就 convert 的模型、 ``constant_fold`` 處理不了的
+改圖結果，以及 M08 的語言模型上：只輸出 0 的動態 int8 解碼器、convert 之後看似不見的 KV 快取，
+以及寬度不能被 32 個一組的 int4 整除的 linear。每個條目的標題是錯誤訊息的第一行原文（或讀者
+口中的症狀），在本站的環境（torch 2.13、torchao 0.18、executorch 1.5.1）上重現它，指出原因，
+以 assert 驗證修正方法，並連到解釋它的那一課。
 
 **先備知識**：無；每個條目都連到解釋它的那一課。
 """
@@ -523,6 +524,260 @@ gm.recompile()
 constant_fold(gm)
 doubled, added = gm(torch.ones(4))
 assert torch.equal(doubled, torch.arange(4.0) * 2) and torch.equal(added, torch.arange(4.0) + 1)
+
+# %%
+# convert_pt2e 之後，動態 int8 語言模型只輸出 0
+# ---------------------------------------------
+# 把 M08 的解碼器用動態 int8 活化值（ ``is_dynamic=True`` ：每個活化值的 scale 在執行時才量測）
+# 為 XNNPACK 量化，並在 ``prepare_pt2e`` 之後直接 convert，因為「動態量化不需要校準」。沒有任何
+# 錯誤； ``convert_pt2e`` 對每個 weight 各發出一次警告（就是上一個條目的警告，共 29 次，一捲就
+# 過去了）。每個 logit 都剛好是 0.0：下一個字元是哪一個都一樣可能，困惑度等於詞彙表的大小，
+# 貪婪解碼則一再寫出 ``VOCAB[0]`` ，也就是換行字元。
+
+from common.language_model import (
+    MAX_LEN,
+    VOCAB,
+    encode,
+    export_decoder,
+    generate,
+    perplexity,
+    reset_cache,
+    train_decoder,
+)
+
+decoder, _ = train_decoder()  # 每個環境只訓練一次，之後從課程的快取載入
+dynamic = get_symmetric_quantization_config(is_per_channel=True, is_dynamic=True)
+prompt = (encode("The import")[None], torch.arange(10))
+LENGTH = torch.export.Dim("length", min=1, max=MAX_LEN)  # 和 export_decoder 宣告的一樣
+DQ_CHANNEL = torch.ops.quantized_decomposed.dequantize_per_channel.default
+
+
+def dynamic_prepared() -> torch.fx.GraphModule:
+    """為 prefill 與 decode 匯出、為 XNNPACK 動態 int8 prepare 好的解碼器。"""
+    return prepare_pt2e(export_decoder(decoder).module(), xnnpack_quantizer().set_global(dynamic))
+
+
+never_run = dynamic_prepared()
+observers = [m for name, m in never_run.named_modules() if "activation_post_process" in name]
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    zeros = convert_pt2e(never_run)
+with torch.no_grad():
+    logits = zeros(*prompt)
+text = generate(zeros, "The import statement", 20)
+uniform = perplexity(zeros, windows=1)
+print(f"{len(caught)} 個警告；最大的 |logit| 是 {logits.abs().max().item()}")
+print(f"困惑度 {uniform:.2f}（詞彙表：{len(VOCAB)} 個字元）；生成的文字 {text!r}")
+assert torch.equal(logits, torch.zeros_like(logits)), "每個 logit 都是 0.0"
+assert abs(uniform - len(VOCAB)) < 1e-3 and text == VOCAB[0] * 20, "均勻分布：什麼也沒預測"
+
+# %%
+# **原因**：動態量化在執行時量測的是「活化值」；「weight」的 scale 仍然來自 observer（每個
+# linear 一個 ``PerChannelMinMaxObserver`` ），而 observer 只有在 prepare 後的模型執行時才看得到
+# 它的 weight。從沒執行過的 observer 沒有最小值（ ``tensor([])`` ），於是回傳預設的 scale 1.0：
+# 每個 weight 都被捨入成整數，而這個模型的 weight 全都小於 0.5，全部捨入成 0。輸出的 linear
+# 也一樣，又沒有 bias，logit 就全是 0。同一個陷阱在單層模型上、連同印出的 scale，見
+# :ref:`疑難排解：ExecuTorch 與 XNNPACK
+# <sphx_glr_lessons_troubleshooting_m99_5_executorch_and_xnnpack.py>`。
+
+weights = [m for m in observers if type(m).__name__ == "PerChannelMinMaxObserver"]
+int8_weights = [
+    getattr(zeros, n.args[0].target)
+    for n in zeros.graph.find_nodes(op="call_function", target=DQ_CHANNEL)
+]
+largest = max(m.weight.abs().max().item() for m in decoder.modules() if isinstance(m, nn.Linear))
+print(
+    f"{len(weights)} 個 weight 的 observer，min_val {weights[0].min_val}；最大的 |w| {largest:.3f}"
+)
+assert all(m.min_val.numel() == 0 for m in weights), "沒有任何 weight 的 observer 執行過"
+assert len(caught) == len(weights), "每個 weight 一個警告"
+assert largest < 0.5 and not any(w.count_nonzero() for w in int8_weights), "每個 weight 都是 0"
+
+# %%
+# **修正**：在 ``prepare_pt2e`` 與 ``convert_pt2e`` 之間，用任何一段提示詞校準一次：它讓每個
+# weight 的 observer 都執行到（活化值的 scale 仍然在執行時量測）。困惑度於是回到浮點數模型的
+# 1 % 以內（同樣的保留文字視窗）。這個解碼器的三種量化方式，包括校準，見
+# :ref:`M08-2 · 三種量化方式
+# <sphx_glr_lessons_m08_language_model_m08_2_quantized_three_ways.py>`。
+
+calibrated = dynamic_prepared()
+with torch.no_grad():
+    calibrated(*prompt)  # 呼叫一次：哪段提示詞都可以
+int8_decoder = convert_pt2e(calibrated)
+scores = {"float": perplexity(decoder, windows=5), "int8": perplexity(int8_decoder, windows=5)}
+print({name: f"{score:.3f}" for name, score in scores.items()})
+with torch.no_grad():
+    assert int8_decoder(*prompt).abs().max() > 1, "又是真正的 logit 了"
+assert scores["int8"] < scores["float"] * 1.01, "在浮點數困惑度的 1 % 以內"
+
+# %%
+# convert_pt2e 之後 KV 快取沒有更新（buffers_to_mutate 是空的）
+# -------------------------------------------------------------
+# 回報於 `pytorch/ao#4138 <https://github.com/pytorch/ao/issues/4138>`_ ：一個就地寫入 buffer
+# 的模型（KV 快取）經過 ``prepare_pt2e`` 與 ``convert_pt2e`` 之後，重新匯出的程式的
+# ``graph_signature.buffers_to_mutate`` 是空的：快取看起來不見了。在上一個條目 convert 好的
+# 解碼器上檢查：匯出的圖簽名沒有列出任何被修改的 buffer，浮點數的程式（ ``export_decoder`` ）
+# 和 int8 的程式都一樣。
+
+reset_cache(int8_decoder)
+with torch.no_grad():
+    reexported = torch.export.export(
+        int8_decoder, prompt, dynamic_shapes=({1: LENGTH}, {0: LENGTH})
+    )
+signatures = {
+    "float": dict(export_decoder(decoder).graph_signature.buffers_to_mutate),
+    "int8": dict(reexported.graph_signature.buffers_to_mutate),
+}
+print(f"buffers_to_mutate：{signatures}")
+assert signatures == {"float": {}, "int8": {}}, "兩個圖簽名裡都是空的"
+
+# %%
+# **原因**：在 torch 2.13／torchao 0.18 上什麼也沒有遺失。 ``torch.export`` 回傳的是
+# 「training IR」，它保留就地運算的原樣：圖仍然對每份快取呼叫 ``aten.index_copy_`` ，而只有
+# functional 的圖才會列出它寫入哪些 buffer。convert 後模型的 ``index_copy_`` 寫入的是快取
+# buffer 本身，不是它 dequantize 後的副本；呼叫一次 convert 後的模型，快取就被填入。
+
+writes = reexported.graph.find_nodes(op="call_function", target=torch.ops.aten.index_copy_.default)
+targets = reexported.graph_signature.inputs_to_buffers
+assert all(n.args[0].name in targets for n in writes), "每個都寫入 buffer，不是副本"
+written = sorted(targets[n.args[0].name] for n in writes)
+print(f"{len(writes)} 個 index_copy_ node 寫入 {written[:2]} ……")
+reset_cache(int8_decoder)
+with torch.no_grad():
+    int8_decoder(*prompt)
+caches = {n: b for n, b in int8_decoder.named_buffers() if n.endswith(("k_cache", "v_cache"))}
+assert len(caches) == 8 and sorted(caches) == written, "8 份快取都是就地寫入"
+assert all(
+    b[:, :, :10].count_nonzero() and not b[:, :, 10:].count_nonzero() for b in caches.values()
+)
+
+# %%
+# **修正**：看 functional 的圖： ``run_decompositions()`` （ ``to_edge`` 也會執行它）把每個
+# ``index_copy_`` 換成 ``index_put`` ，再由圖簽名把結果寫回它的 buffer， ``buffers_to_mutate``
+# 就列出全部 8 份快取。上游的兩個修正都已在 torchao 0.18 裡：constant folding 不再折疊
+# ``copy_`` 或 ``put_`` 運算的輸入
+# （ `pytorch/ao#4181 <https://github.com/pytorch/ao/pull/4181>`_ ），
+# ``prepare_pt2e`` 也不再在這種運算寫入的 buffer 上插入 observer
+# （ `pytorch/ao#4466 <https://github.com/pytorch/ao/pull/4466>`_ ）。在較舊的 torchao 上，若
+# quantizer 標註了快取的寫入（回報中是 ExecuTorch 的 ``TOSAQuantizer`` ），buffer 會被折疊成
+# 常數（ ``_frozen_param0`` ），或是這個運算寫入 dequantize 出來的暫存張量而不是 buffer，重新
+# 匯出的程式也就沒有 buffer 修改：快取真的一直是空的。
+# 請升級到 torchao 0.18。快取如何通過匯出，見 :ref:`M08-1 · 解碼器與它的 KV 快取
+# <sphx_glr_lessons_m08_language_model_m08_1_a_decoder_and_its_cache.py>`。
+
+functional = reexported.run_decompositions().graph_signature.buffers_to_mutate
+first = next(iter(functional.items()))
+print(f"run_decompositions() 之後：{len(functional)} 個要修改的 buffer，第一個是 {first}")
+assert sorted(functional.values()) == sorted(caches), "8 份快取都會寫回"
+
+# %%
+# AssertionError: Expecting input size at 1 dimension: 344 to be divisible by block_size
+# --------------------------------------------------------------------------------------
+# 用 torchao 的 ``quantize_`` 搭配 ExecuTorch 的 8da4w 配方
+# （ ``Int8DynamicActivationIntxWeightConfig`` ：int8 活化值，int4 weight 沿著每一列每 32 個一組）
+# 量化一個 SwiGLU 寬 344 而不是 M08 的 352 的解碼器： ``feed_forward.w2`` 讀 344 個特徵，
+# 32 個一組分不完（344 = 10 × 32 + 24）。未訓練的解碼器就夠了：出錯的是形狀，不是數值。
+
+from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
+from torchao.quantization.granularity import PerAxis, PerGroup
+
+from common.language_model import Decoder
+
+INT4_GROUPS = Int8DynamicActivationIntxWeightConfig(
+    weight_dtype=torch.int4, weight_granularity=PerGroup(32)
+)
+
+
+def float_linears(model: nn.Module) -> list[str]:
+    """``quantize_`` 留下一般浮點數 ``Parameter`` 當 weight 的那些 linear。"""
+    return [
+        name
+        for name, m in model.named_modules()
+        if isinstance(m, nn.Linear) and type(m.weight) is nn.Parameter
+    ]
+
+
+with expect_error(AssertionError, match="344 to be divisible by block_size"):
+    quantize_(Decoder(hidden=344), INT4_GROUPS)
+
+# %%
+# **原因**：一組取同一個輸出列上連續 ``group_size`` 個輸入特徵，共用一個 scale，所以每個
+# linear 的 ``in_features`` 都必須是它的倍數。能整除這裡每個寬度的組大小，也就是它們全部的
+# ``math.gcd`` ，是 8；但 XNNPACK 只委派 32 的倍數的 int4 組（ ``node_visitor.py`` ：
+# 「Delegation to XNNPACK requires group_size to be a multiple of 32」），而 int4 per-channel
+# 就是一組 344 個，它一樣拒絕；下面這一個 linear 就示範了。
+
+import math
+
+from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+from executorch.exir import to_edge_transform_and_lower
+
+widths = {m.in_features for m in Decoder(hidden=344).modules() if isinstance(m, nn.Linear)}
+print(f"in_features：{sorted(widths)}；gcd {math.gcd(*widths)}")
+one = nn.Sequential(nn.Linear(344, 128, bias=False)).eval()
+quantize_(
+    one,
+    Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerAxis(0)),
+)
+with expect_error(AssertionError, match="requires group_size to be a multiple of 32"):
+    program = torch.export.export(one, (torch.randn(1, 344),))
+    to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
+assert math.gcd(*widths) == 8, "沒有一個組大小既能整除 344 又是 32 的倍數"
+
+# %%
+# **修正**：寬度允許的地方用每 32 個一組的 int4，其他的 linear 用 int8 weight、每個輸出通道
+# 一個 scale（ ``PerAxis(0)`` ，8da8w）；XNNPACK 兩種都能執行（ ``QB4W`` 與 ``QC8W`` 的
+# GEMM）。或者讓模型的寬度都是 32 的倍數，像 M08 的 352。兩種配方的並排比較見
+# :ref:`M08-2 · 三種量化方式
+# <sphx_glr_lessons_m08_language_model_m08_2_quantized_three_ways.py>`。
+
+INT8_PER_CHANNEL = Int8DynamicActivationIntxWeightConfig(
+    weight_dtype=torch.int8, weight_granularity=PerAxis(0)
+)
+mixed = Decoder(hidden=344).eval()
+quantize_(mixed, INT4_GROUPS, filter_fn=lambda m, fqn: getattr(m, "in_features", 1) % 32 == 0)
+still_float = float_linears(mixed)
+quantize_(mixed, INT8_PER_CHANNEL, filter_fn=lambda m, fqn: fqn in still_float)
+print(f"留在浮點數的 linear：{float_linears(mixed)}")
+assert not float_linears(mixed), "每個 linear 都量化了"
+
+# %%
+# 8da4w 模型比預期大：有些 linear 留在浮點數
+# ------------------------------------------
+# ExecuTorch 的 LLM 配方（ ``examples/models/llama/source_transformation/quantize.py`` ，
+# qmode ``"8da4w"`` ）在同一個解碼器上什麼錯誤也不報：它的 ``filter_fn`` 只在
+# ``m.weight.shape[1] % group_size == 0`` 時量化一個 linear，其他的一聲不響地跳過
+# （ `pytorch/executorch#22044 <https://github.com/pytorch/executorch/issues/22044>`_ ）。
+# 每個 block 的 ``w2`` 都留在浮點數，一個 weight 4 個位元組，而不是半個位元組。（較新的
+# ``executorch/extension/llm/export/quantize.py`` 則會引發錯誤，除非設了
+# ``skip_incompatible_shapes=True`` ，這時它印出「Skipping ...」。）
+
+from executorch.examples.models.llama.source_transformation.quantize import quantize
+
+recipe = quantize(Decoder(hidden=344).eval(), "8da4w", group_size=32)
+left = float_linears(recipe)
+linears = [m for m in recipe.modules() if isinstance(m, nn.Linear)]
+float_count = sum(m.weight.numel() for name, m in recipe.named_modules() if name in left)
+int4_count = sum(m.weight.numel() for m in linears) - float_count
+print(f"留在浮點數：{left}")
+print(
+    f"{float_count:,} 個浮點數 weight：{float_count * 4 / 1e3:.0f} kB；"
+    f"{int4_count:,} 個 int4 weight：{int4_count / 2 / 1e3:.0f} kB"
+)
+assert left == [f"layers.{i}.feed_forward.w2" for i in range(4)], "每個 block 的 w2，不聲不響"
+assert float_count * 4 > int4_count / 2, "留在浮點數的四分之一比所有 int4 weight 加起來還大"
+
+# %%
+# **修正**：跑完配方之後，列出它留在浮點數的 linear（上面的 ``float_linears`` ），用 int8
+# per-channel 的 weight 量化它們，和上一個條目一樣；再確認一個也沒剩。ExecuTorch 的配方量化
+# 哪些 linear、又必須跳過哪些，見 :ref:`M08-2 · 三種量化方式
+# <sphx_glr_lessons_m08_language_model_m08_2_quantized_three_ways.py>` ； ``.pte`` 與它的大小，
+# 見 :ref:`M08-3 · 放上手機：會生成文字的 .pte
+# <sphx_glr_lessons_m08_language_model_m08_3_to_a_phone.py>`。
+
+quantize_(recipe, INT8_PER_CHANNEL, filter_fn=lambda m, fqn: fqn in left)
+print(f"留在浮點數的 linear：{float_linears(recipe)}")
+assert not float_linears(recipe), "沒有任何 nn.Linear 留在浮點數"
 
 # %%
 # 下一頁

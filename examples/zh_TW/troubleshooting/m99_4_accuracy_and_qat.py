@@ -3,9 +3,10 @@
 =============================
 
 匯出的模型不像 ``nn.Module`` 那樣切換訓練與評估模式；QAT 的 observer 在評估時還在學；在沒有
-VNNI 的 CPU 上，真正的 int8 kernel 會在模擬不會溢位的地方飽和。每個條目的標題是錯誤訊息的
-第一行原文（或讀者口中的症狀），在本站的環境（torch 2.13、torchao 0.18）上重現它，指出原因，
-以 assert 驗證修正方法，並連到解釋它的那一課。
+VNNI 的 CPU 上，真正的 int8 kernel 會在模擬不會溢位的地方飽和；用 QAT 訓練的語言模型，匯出時
+可能用上和訓練時不同的 scale。每個條目的標題是錯誤訊息的第一行原文（或讀者口中的症狀），在本站
+的環境（torch 2.13、torchao 0.18、executorch 1.5.1）上重現它，指出原因，以 assert 驗證修正
+方法，並連到解釋它的那一課。
 
 **先備知識**：無；每個條目都連到解釋它的那一課。
 """
@@ -361,6 +362,107 @@ if describe().vnni:
 
 assert avx2["result"]["7 位元（reduce_range）"] < 0.01, "7 位元：在 AVX2 下只差在捨入"
 assert here["result"]["7 位元（reduce_range）"] < 0.01, "7 位元：在這顆 CPU 上只差在捨入"
+
+# %%
+# QAT 模型匯出後的困惑度比訓練時差
+# --------------------------------
+# 回報於 `huggingface/optimum-executorch#226
+# <https://github.com/huggingface/optimum-executorch/issues/226>`_ ：用 torchao 的 QAT 為 8da4w
+# 訓練的語言模型，訓練時量到一個困惑度，匯出後卻變差。這裡用 M08 的解碼器：
+# ``QATConfig(base_config, step="prepare")`` 把每個 linear 換成會做 fake quantize 的版本
+# （int8 活化值逐 token 量化，int4 weight 每 32 個一組），做一段很短的微調（20 步、單一執行緒），
+# 然後像 ``export_llm`` 那樣由 ExecuTorch 的 LLM 配方轉換（qmode ``"8da4w"`` ，組大小 32），
+# 在此之前先用 ``QATConfig(step="convert")`` 把會做 fake quantize 的 linear 換回 ``nn.Linear`` 。
+
+import torch.nn.functional as F
+from executorch.examples.models.llama.source_transformation.quantize import quantize
+from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
+from torchao.quantization.granularity import PerGroup
+from torchao.quantization.qat import QATConfig
+
+from common.language_model import WINDOW, encode, perplexity, split, train_decoder
+
+INT4_GROUPS = Int8DynamicActivationIntxWeightConfig(
+    weight_dtype=torch.int4, weight_granularity=PerGroup(32)
+)
+HELD_OUT = 2  # 每次計算困惑度用的保留文字視窗數
+
+
+def fine_tune(model: torch.nn.Module, *, steps: int = 20, batch: int = 8) -> None:
+    """在訓練資料的隨機視窗上做幾步 AdamW，單一執行緒。"""
+    train, generator = split("train"), torch.Generator().manual_seed(0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    model.caching(False).train()
+    for _ in range(steps):
+        starts = torch.randint(0, len(train) - WINDOW - 1, (batch,), generator=generator)
+        x = torch.stack([train[s : s + WINDOW] for s in starts.tolist()])
+        y = torch.stack([train[s + 1 : s + WINDOW + 1] for s in starts.tolist()])
+        loss = F.cross_entropy(model(x, torch.arange(WINDOW)).flatten(0, 1), y.flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.caching(True).eval()
+    torch.set_num_threads(threads)
+
+
+def export_llm_8da4w(model: torch.nn.Module, *, hqq: bool = True) -> torch.nn.Module:
+    """QAT 模型的副本：拿掉 fake quantizer，再用 ExecuTorch 的配方量化。"""
+    model = copy.deepcopy(model)
+    quantize_(model, QATConfig(step="convert"))  # 沒有 base config：換回 nn.Linear
+    return quantize(model, "8da4w", group_size=32, quantize_with_hqq=hqq)
+
+
+qat_model, _ = train_decoder()
+quantize_(qat_model, QATConfig(INT4_GROUPS, step="prepare"))
+fine_tune(qat_model)
+exported = export_llm_8da4w(qat_model)
+scores = {"訓練時": perplexity(qat_model, windows=HELD_OUT)}
+scores["匯出後"] = perplexity(exported, windows=HELD_OUT)
+print({name: f"{score:.3f}" for name, score in scores.items()})
+assert scores["匯出後"] > scores["訓練時"] + 0.02, "匯出後變差了"
+
+# %%
+# **原因**：配方會再量化一次 weight，並用它自己的方式選 scale。QAT 訓練時對應的 fake quantizer
+# 以每組的最大絕對值決定該組的 scale（torchao 的 ``"affine"`` ）；而 ``export_llm`` 的
+# ``quantization.use_hqq`` 預設為 True，配方把它轉成
+# ``intx_choose_qparams_algorithm="hqq_scale_only"`` ：另一組 scale。於是有一部分 int4 值
+# 和模型訓練時所適應的不同（下面第一行，以一個 linear 為例）。在這個模型上，即使不做 QAT，
+# HQQ 也比最大絕對值差（第二行：兩種配方用在浮點數解碼器上），所以這裡的差距有一部分來自
+# HQQ 本身，不全是不相符造成的；下面的修正把差距整個消除。
+
+matched = export_llm_8da4w(qat_model, hqq=False)
+w_hqq, w_matched = (m.layers[0].feed_forward.w1.weight for m in (exported, matched))
+changed = (w_hqq.qdata != w_matched.qdata).float().mean().item()
+print(f"layers.0.feed_forward.w1：{changed:.1%} 的 int4 值和訓練時的格點不同")
+ptq = {}
+for name, hqq in (("最大絕對值", False), ("HQQ", True)):
+    ptq_model = quantize(train_decoder()[0], "8da4w", group_size=32, quantize_with_hqq=hqq)
+    ptq[name] = perplexity(ptq_model, windows=HELD_OUT)
+print("不做 QAT：", {name: f"{score:.3f}" for name, score in ptq.items()})
+assert changed > 0.05, "匯出的 int4 值不是訓練時的那些"
+assert ptq["HQQ"] > ptq["最大絕對值"], "在這裡，不做 QAT 時 HQQ 也比較差"
+
+# %%
+# **修正**：用 QAT 訓練時對應的 config 轉換：同一個 ``base_config`` 的
+# ``QATConfig(base_config, step="convert")`` ，或在 ExecuTorch 的配方裡設
+# ``quantize_with_hqq=False`` （ ``export_llm`` ： ``quantization.use_hqq=False`` ；
+# optimum-executorch 的 CLI 還沒有這個選項，#226 正是在要求它）。兩者算出的都和訓練時量到的
+# 一模一樣，逐位元相同：和 fake quantize 模型的 logit 相同。PT2E 的 QAT 見
+# :ref:`M04-3 · 量化感知訓練 <sphx_glr_lessons_m04_accuracy_m04_3_qat.py>` ；ExecuTorch 的
+# 8da4w 配方用在這個解碼器上，見 :ref:`M08-2 · 三種量化方式
+# <sphx_glr_lessons_m08_language_model_m08_2_quantized_three_ways.py>`。
+
+same_config = copy.deepcopy(qat_model)
+quantize_(same_config, QATConfig(INT4_GROUPS, step="convert"))
+prompt = encode("The import statement")
+with torch.no_grad():
+    logits = [m(prompt[None], torch.arange(len(prompt))) for m in (qat_model, same_config, matched)]
+scores["匯出後，scale 相符"] = perplexity(matched, windows=HELD_OUT)
+print({name: f"{score:.3f}" for name, score in scores.items()})
+assert torch.equal(logits[0], logits[1]) and torch.equal(logits[0], logits[2]), "逐位元相同"
+assert scores["匯出後，scale 相符"] == scores["訓練時"], "就是訓練時量到的"
 
 # %%
 # 下一頁

@@ -3,10 +3,11 @@
 ===============================
 
 ``convert_pt2e`` 之後，從輸出 ``.pte`` 到在 ExecuTorch 執行環境上執行，一路上會遇到的問題：
-無法輸出的程式、無法載入的 delegate、沒有任何 Python 錯誤就當掉的行程，以及 weight 從未量測過的
-動態模型。每個條目以錯誤訊息第一行的原文（或讀者描述的症狀）為標題，並在本站的環境（torch
-2.13、torchao 0.18、executorch 1.5.1）上重現它；若是讀者在較舊版本回報、這裡已不再發生的錯誤，
-條目會說明這一點並實際示範。每個條目都指出原因，以 assert 驗證修正方法，並連到解釋它的那一課。
+無法輸出的程式、無法載入的 delegate、沒有任何 Python 錯誤就當掉的行程、weight 從未量測過的
+動態模型，以及在梯度模式開著時匯出、KV 快取讓 ``to_executorch()`` 失敗的語言模型。每個條目以
+錯誤訊息第一行的原文（或讀者描述的症狀）為標題，並在本站的環境（torch 2.13、torchao 0.18、
+executorch 1.5.1）上重現它；若是讀者在較舊版本回報、這裡已不再發生的錯誤，條目會說明這一點並
+實際示範。每個條目都指出原因，以 assert 驗證修正方法，並連到解釋它的那一課。
 
 **先備知識**：無；每個條目都連到解釋它的那一課。
 """
@@ -823,6 +824,73 @@ assert check.loads, "在這裡的執行環境上可以載入"
 layer_operators = operators_run(layer_program.buffer, list(tokens_in))
 print(layer_operators.summary)
 assert any("QD" in op for op in layer_operators.int8), "動態量化的 GEMM"
+
+# %%
+# RuntimeError: a leaf Variable that requires grad is being used in an in-place operation.
+# ----------------------------------------------------------------------------------------
+# 一個帶 KV 快取的解碼器（M08 的，只有一個 block，也沒有訓練：出錯的是圖，不是數值），用一般的
+# 方式匯出，也就是在梯度模式開著（預設）時呼叫 ``torch.export.export`` ，它能下放到
+# XNNPACK；接著 ``to_executorch()`` 失敗。訊息的下一行指出是哪個 node：寫入快取 buffer
+# ``b_layers_0_attention_k_cache`` 的 ``copy_`` 。
+
+from common.language_model import MAX_LEN, Decoder, encode, export_decoder, reset_cache
+
+torch.manual_seed(0)
+one_block = Decoder(layers=1).eval()
+tokens = encode("import ")
+prefill = (tokens[None], torch.arange(len(tokens)))
+length = Dim("length", min=1, max=MAX_LEN)
+grad_on = torch.export.export(one_block, prefill, dynamic_shapes=({1: length}, {0: length}))
+edge = to_edge_transform_and_lower(grad_on, partitioner=[XnnpackPartitioner()])
+with expect_error(RuntimeError, match="a leaf Variable that requires grad") as caught:
+    edge.to_executorch()
+node = next(line for line in str(caught.error).splitlines() if "While executing" in line)
+written_from = re.search(r"args = \((.*?)\)", node)[1]
+print(f"{node.split(' :')[0]}: copy_({written_from})")
+assert "copy_" in node and "k_cache" in node, "寫入快取的 copy_"
+
+# %%
+# **原因**：在梯度模式開著時匯出，程式的快取輸入是需要梯度的張量（下面印出的是它們追蹤時的值），
+# 因為快取寫入的 key 與 value 是由參數算出來的。 ``to_executorch()`` 用一個 ``copy_`` 把每個
+# 更新過的 buffer 寫回去，並在它的 pass 裡重新執行這張圖，用的是呼叫者當下的梯度模式；autograd
+# 拒絕對需要梯度的葉張量（leaf）做就地寫入。
+
+
+def cache_inputs(program) -> dict[str, bool]:
+    """匯出程式的每個快取輸入，其追蹤值的 requires_grad。"""
+    return {
+        n.name: n.meta["val"].requires_grad
+        for n in program.graph.find_nodes(op="placeholder")
+        if "cache" in n.name
+    }
+
+
+print(f"在梯度模式開著時匯出：{cache_inputs(grad_on)}")
+assert all(cache_inputs(grad_on).values()), "快取需要梯度"
+
+# %%
+# **修正**：在 ``torch.no_grad()`` 下匯出並下放，就像 ``common.language_model.export_decoder``
+# 的匯出方式（這裡兩者做一個就夠：同一個已下放的程式在 ``torch.no_grad()`` 下通過
+# ``to_executorch()`` ）。程式於是能在 ExecuTorch 執行環境上執行，算出和 eager 模型相同的
+# logit：提示詞的，以及下一個 token 的，而後者讀的是提示詞寫入的快取。這個解碼器如何變成
+# ``.pte`` ，見 :ref:`M08-3 · 放上手機：會生成文字的 .pte
+# <sphx_glr_lessons_m08_language_model_m08_3_to_a_phone.py>`。
+
+print(f"在 no_grad 下匯出：{cache_inputs(export_decoder(one_block))}")
+with torch.no_grad(), warnings.catch_warnings():
+    warnings.filterwarnings("ignore", "Mutation on a buffer")  # 快取的初始值不重要：遮罩會把它蓋住
+    pte = edge.to_executorch()
+decode = (torch.tensor([[3]]), torch.tensor([len(tokens)]))
+with contextlib.redirect_stderr(io.StringIO()):
+    cached_program = Runtime.get().load_program(pte.buffer)  # 它的 method 執行時，它要一直存在
+    method = cached_program.load_method("forward")
+    on_runtime = [method.execute(list(call))[0] for call in (prefill, decode)]
+reset_cache(one_block)
+with torch.no_grad():
+    eager = [one_block(*call) for call in (prefill, decode)]
+assert not any(cache_inputs(export_decoder(one_block)).values()), "沒有梯度，就沒有被拒絕的葉張量"
+for ours, theirs in zip(on_runtime, eager, strict=True):
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-5)
 
 # %%
 # 下一頁

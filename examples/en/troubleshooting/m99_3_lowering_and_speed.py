@@ -4,7 +4,8 @@ Troubleshooting: lowering and speed
 
 After ``convert_pt2e``: an int8 model slower than the float one, a compiled int8 model that
 silently runs float (grad on, or a recompile without freezing), a lowered graph that fails when
-run, and a transformer whose attention stays in float. Each entry is headed by the exact
+run, a transformer whose attention stays in float, and a compile cache cut short by a killed
+compile. Each entry is headed by the exact
 first line of the message (or the symptom in a reader's words), reproduces it on this site's
 stack (torch 2.13, torchao 0.18), shows the cause, asserts the fix, and links to the lesson
 that explains it.
@@ -23,9 +24,12 @@ that explains it.
 
 import copy
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import warnings
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -436,6 +440,57 @@ class Attention(nn.Module):
 attention = quantize(Attention().eval(), tokens)
 print(f"int8 weight per linear: {linears(attention)}")
 assert all(linears(attention).values()) and len(linears(attention)) == 4
+
+# %%
+# BackendCompilerFailed: backend=\'inductor\' raised: ImportError: ….main.so: file too short
+# ------------------------------------------------------------------------------------------
+# ``torch.compile`` worked yesterday; today the same script stops before the first call, with
+# an ``ImportError`` naming a ``….main.so`` in inductor's cache folder. A compile that was
+# killed while it wrote that file (Ctrl-C, a time limit, a full disk) left it cut short, and
+# the next process that compiles the same graph finds it in the cache and loads it. Here, in a
+# cache folder of its own, a process compiles a small function, the library is cut as a
+# killed compile leaves it, and the next process fails:
+
+SMALL_COMPILE = """
+import torch
+print(torch.compile(lambda x: (x.sin() + 1).relu())(torch.ones(8)).sum().item())
+"""
+
+
+def compile_in_a_new_process(cache: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
+    return subprocess.run(
+        [sys.executable, "-c", SMALL_COMPILE], env=env, capture_output=True, text=True
+    )
+
+
+cache = tempfile.mkdtemp(prefix="inductor-")
+assert compile_in_a_new_process(cache).returncode == 0, "the first compile fills the cache"
+library = next(Path(cache).rglob("*.main.so"))
+library.write_bytes(b"")  # what a compile killed as it began writing the file leaves
+failed = compile_in_a_new_process(cache)
+message = next(line for line in failed.stderr.splitlines() if "file too short" in line)
+print(message.replace(cache, "<cache>"))
+assert failed.returncode != 0 and message.startswith("ImportError"), "the cut file is loaded"
+
+# %%
+# **Cause**: inductor names a compiled library after the code it generates and compiles it
+# only when no file of that name exists (``torch/_inductor/codecache.py``): a file that exists
+# is loaded as it is, whole or not, and the dynamic loader refuses one shorter than an ELF
+# header. (Cut later, past its header, the same file gives ``ImportError: ….main.so: cannot
+# read file data``: the same cause, the same fix.) The folder is ``TORCHINDUCTOR_CACHE_DIR``
+# when set, else ``/tmp/torchinductor_<user>``, shared by every process of that user.
+#
+# **Fix**: delete the file the message names (or the whole cache folder: it is only a cache),
+# and compile again. A job that may be killed mid-compile can use a cache folder of its own
+# (``TORCHINDUCTOR_CACHE_DIR``), as this site's build does. Compiling is explained in
+# :ref:`M03-3 · Speed and size, measured <sphx_glr_lessons_m03_lowering_m03_3_speed_and_size.py>`.
+
+library.unlink()
+again = compile_in_a_new_process(cache)
+print(again.stdout.strip())
+assert again.returncode == 0 and float(again.stdout) > 0, "recompiled, runs"
+shutil.rmtree(cache)
 
 # %%
 # Next

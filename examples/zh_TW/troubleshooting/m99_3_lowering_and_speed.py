@@ -3,8 +3,8 @@
 =========================
 
 ``convert_pt2e`` 之後：比浮點模型還慢的 int8 模型、編譯後卻默默執行浮點數的 int8 模型（開著
-梯度，或重新編譯時沒有 freezing）、一執行就失敗的 lowering 後的圖，以及 attention 仍是浮點數的
-Transformer。每個條目的標題是錯誤訊息的第一行原文（或讀者口中的症狀），
+梯度，或重新編譯時沒有 freezing）、一執行就失敗的 lowering 後的圖，attention 仍是浮點數的
+Transformer，以及被中止的編譯截短的快取檔案。每個條目的標題是錯誤訊息的第一行原文（或讀者口中的症狀），
 在本站的環境（torch 2.13、torchao 0.18）上重現它，指出原因，以 assert 驗證修正方法，並連到
 解釋它的那一課。
 
@@ -22,9 +22,12 @@ Transformer。每個條目的標題是錯誤訊息的第一行原文（或讀者
 
 import copy
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import warnings
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -424,6 +427,56 @@ class Attention(nn.Module):
 attention = quantize(Attention().eval(), tokens)
 print(f"每個 linear 是否為 int8 weight：{linears(attention)}")
 assert all(linears(attention).values()) and len(linears(attention)) == 4
+
+# %%
+# BackendCompilerFailed: backend=\'inductor\' raised: ImportError: ….main.so: file too short
+# ------------------------------------------------------------------------------------------
+# 昨天還能用的 ``torch.compile``，今天同一個腳本在第一次呼叫前就停下，``ImportError`` 指名
+# inductor 快取資料夾裡的一個 ``….main.so``。某次編譯正在寫這個檔案時被中止（按了 Ctrl-C、
+# 超過時間限制、磁碟滿了），留下一個被截短的檔案；下一個編譯同一張圖的行程在快取裡找到它，
+# 就直接載入。這裡在一個專用的快取資料夾裡，先讓一個行程編譯一個小函式，再像被中止的編譯
+# 那樣截短函式庫，下一個行程就失敗了：
+
+SMALL_COMPILE = """
+import torch
+print(torch.compile(lambda x: (x.sin() + 1).relu())(torch.ones(8)).sum().item())
+"""
+
+
+def compile_in_a_new_process(cache: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
+    return subprocess.run(
+        [sys.executable, "-c", SMALL_COMPILE], env=env, capture_output=True, text=True
+    )
+
+
+cache = tempfile.mkdtemp(prefix="inductor-")
+assert compile_in_a_new_process(cache).returncode == 0, "第一次編譯填好快取"
+library = next(Path(cache).rglob("*.main.so"))
+library.write_bytes(b"")  # 編譯剛開始寫檔就被中止時留下的樣子
+failed = compile_in_a_new_process(cache)
+message = next(line for line in failed.stderr.splitlines() if "file too short" in line)
+print(message.replace(cache, "<cache>"))
+assert failed.returncode != 0 and message.startswith("ImportError"), "載入了被截短的檔案"
+
+# %%
+# **原因**：inductor 以它產生的程式碼為編譯好的函式庫命名，只在沒有同名檔案時才編譯
+# （``torch/_inductor/codecache.py``）：檔案只要存在就照樣載入，不論完整與否，而動態載入器
+# 拒絕比 ELF 標頭還短的檔案。（如果檔案在標頭之後才被截斷，同一個原因會印出
+# ``ImportError: ….main.so: cannot read file data``，修正方法相同。）快取資料夾在有設定時是
+# ``TORCHINDUCTOR_CACHE_DIR``，否則是 ``/tmp/torchinductor_<使用者>``，同一個使用者的
+# 所有行程共用。
+#
+# **修正**：刪掉訊息指名的檔案（或整個快取資料夾：它只是快取），再編譯一次。可能在編譯途中
+# 被中止的工作，可以使用自己的快取資料夾（``TORCHINDUCTOR_CACHE_DIR``），本站的建置就是
+# 這樣做。編譯的說明見 :ref:`M03-3 · 量測速度與大小
+# <sphx_glr_lessons_m03_lowering_m03_3_speed_and_size.py>`。
+
+library.unlink()
+again = compile_in_a_new_process(cache)
+print(again.stdout.strip())
+assert again.returncode == 0 and float(again.stdout) > 0, "重新編譯後可以執行"
+shutil.rmtree(cache)
 
 # %%
 # 下一頁

@@ -46,7 +46,8 @@ TEXT = {
         "int8 動態（x86，``torch.compile``）／8da4w（int4 權重）",
         "result_decode": "同一個模型的 8da4w ``.pte``（{kb:.0f} kB）在 ExecuTorch runtime 上"
         "逐字解碼的速度",
-        "tokens_per_s": "每秒 {pte:.0f} 個 token（eager fp32 每秒 {fp32:.0f} 個；負載 {load:.2f}）",
+        "tokens_per_s": "每秒 {pte:.0f} 個 token（95% 區間 {low:.0f}–{high:.0f}；eager fp32 每秒 "
+        "{fp32:.0f} 個；負載 {load:.2f}）",
         "result_bit_exact": "親手寫的 prepare + convert 和 torchao 逐位元相同",
         "result_cases": "{n} 個案例（模型庫的模型 × 2 個 quantizer）",
         "speedup": "{ratio:.2f}×（95% 區間 {low:.2f}–{high:.2f}×，負載 {load:.2f}）",
@@ -113,7 +114,8 @@ TEXT = {
         "int8 dynamic (x86, ``torch.compile``) / 8da4w (int4 weights)",
         "result_decode": "The same model as an 8da4w ``.pte`` ({kb:.0f} kB) on the ExecuTorch "
         "runtime, decoding one token per call",
-        "tokens_per_s": "{pte:.0f} tokens/s (eager fp32: {fp32:.0f} tokens/s; load {load:.2f})",
+        "tokens_per_s": "{pte:.0f} tokens/s (95 % interval {low:.0f}–{high:.0f}; eager fp32: "
+        "{fp32:.0f} tokens/s; load {load:.2f})",
         "result_bit_exact": "Handmade prepare + convert, bit-exact with torchao",
         "result_cases": "{n} cases (the zoo's models × 2 quantizers)",
         "speedup": "{ratio:.2f}× (95 % interval {low:.2f}–{high:.2f}×, load {load:.2f})",

@@ -89,7 +89,13 @@ class CourseResults(GeneratedContent):
             "perplexity_int8_x86",
             "perplexity_int4",
         ),
-        "M08-3": ("decode_tokens_per_s", "decode_tokens_per_s_fp32", "timing_load", "pte_bytes"),
+        "M08-3": (
+            "decode_tokens_per_s",
+            "decode_interval",
+            "decode_tokens_per_s_fp32",
+            "timing_load",
+            "pte_bytes",
+        ),
     }
 
     def figures(self, lesson: str) -> dict:
@@ -158,6 +164,8 @@ class CourseResults(GeneratedContent):
                 text["result_decode"].format(kb=phone["pte_bytes"] / 1000),
                 text["tokens_per_s"].format(
                     pte=phone["decode_tokens_per_s"],
+                    low=phone["decode_interval"][0],
+                    high=phone["decode_interval"][1],
                     fp32=phone["decode_tokens_per_s_fp32"],
                     load=phone["timing_load"],
                 ),

@@ -60,6 +60,20 @@ FIGURES = {
         "ptq_accuracy": 0.918,
         "qat_accuracy": 0.974,
     },
+    "m08_fixture/m08_2_perplexity.py": {
+        "unigram_perplexity": 25.47,
+        "perplexity_fp32": 4.276,
+        "perplexity_int8_xnnpack": 4.288,
+        "perplexity_int8_x86": 4.289,
+        "perplexity_int4": 4.318,
+    },
+    "m08_fixture/m08_3_phone.py": {
+        "decode_tokens_per_s": 430.0,
+        "decode_interval": [410.0, 450.0],
+        "decode_tokens_per_s_fp32": 314.0,
+        "timing_load": 2.5,
+        "pte_bytes": 592568,
+    },
 }
 
 LANDING = """\
@@ -133,12 +147,16 @@ def test_the_landing_page_shows_the_figures_its_lessons_published(built):
         "97.0% / 96.4%",
         "97.0% / 80.0% / 95.0%",
         "97.0% / 98.4% / 91.8% / 97.4%",
+        "frequencies alone: 25.5",
+        "4.276 / 4.288 / 4.289 / 4.318",
+        "593 kB",
+        "430 tokens/s (95 % interval 410–450; eager fp32: 314 tokens/s; load 2.50)",
     ):
         assert shown in landing, f"{shown!r} is not on the landing page: {landing[:3000]}"
     assert "8 cases" in landing and "Test CPU: oneDNN int8 path AVX2" in landing
     # Accuracies say how many test images apart they are: 0.6 % of 500 is three images.
     assert "97.0% / 96.4% (3 images of 500 apart)" in landing
-    for lesson in ("M02-3", "M03-3", "M04-1", "M04-3", "M04-4"):
+    for lesson in ("M02-3", "M03-3", "M04-1", "M04-3", "M04-4", "M08-2", "M08-3"):
         assert f">{lesson}<" in (site / "build/html/en/index.html").read_text("utf-8"), (
             f"the figures link to {lesson}"
         )
@@ -148,6 +166,7 @@ def test_the_landing_page_shows_the_figures_its_lessons_published(built):
         "lessons/m02_fixture/index.html",
         "lessons/m03_fixture/index.html",
         "lessons/m04_fixture/index.html",
+        "lessons/m08_fixture/index.html",
     ]
 
 

@@ -27,7 +27,7 @@ without a word.
 """
 
 # SPDX-License-Identifier: BSD-3-Clause
-# sphinx_gallery_thumbnail_number = 1
+# sphinx_gallery_thumbnail_number = 2
 
 # %%
 # Setup
@@ -68,6 +68,7 @@ from common.language_model import (
 from common.pt2e import quiet
 from common.results import publish
 from common.timing import timing_threads
+from common.viz import draw
 
 quiet()
 # inductor's int8 lowering copies a zero-point tensor in a way torch itself warns about (M03-3).
@@ -247,6 +248,23 @@ xnnpack_model = convert_pt2e(prepared)
 reset_cache(xnnpack_model)
 print(f"{int8_linears(xnnpack_model)} of {LINEARS} linears read int8 weights")
 assert int8_linears(xnnpack_model) == LINEARS, "every linear: int8 weights"
+
+# %%
+# Block 0's SwiGLU feed-forward alone, through the same quantizer, shows what each linear
+# became (q/dq nodes marked): its input quantized per call (``choose_qparams`` → ``quantize``
+# → ``dequantize``, the scale computed from the call's own values), its weight read as int8
+# codes through ``dequantize_per_channel``. ``w1`` and ``w3`` read the same input: one
+# quantization serves both.
+
+ffn = copy.deepcopy(model.layers[0].feed_forward)
+ffn_input = torch.randn(1, 8, 128)
+ffn_prepared = prepare_pt2e(torch.export.export(ffn, (ffn_input,)).module(), xnnpack)
+ffn_prepared(ffn_input)
+ffn_int8 = convert_pt2e(ffn_prepared)
+qdq = [n.name for n in ffn_int8.graph.nodes if "quantized_decomposed" in str(n.target)]
+draw(ffn_int8, highlight=qdq, title="block 0's feed-forward, XNNPACK dynamic int8")
+per_channel = [name for name in qdq if name.startswith("dequantize_per_channel")]
+assert len(per_channel) == 3 and len(qdq) == 3 + 2 * 3, "3 weights; 2 inputs: w1, w3 share x"
 
 # %%
 # What stays float, from ``coverage`` (``common.coverage``), leaving out the ops that only

@@ -486,6 +486,10 @@ print(decodes.header())
 # The landing page quotes the decode rates and the ``.pte``'s size.
 
 publish("decode_tokens_per_s", round(1e3 / decodes[LABELS["pte"]].median, 1))
+pte_decode = decodes[LABELS["pte"]]
+publish(
+    "decode_interval", [round(1e3 / t, 1) for t in (pte_decode.median_high, pte_decode.median_low)]
+)
 publish("decode_tokens_per_s_fp32", round(1e3 / decodes[LABELS["fp32"]].median, 1))
 publish("timing_load", round(decodes.load[0], 2))
 publish("pte_bytes", len(pte))

@@ -771,7 +771,10 @@ assert not float_linears(mixed), "every linear quantized"
 # ``executorch/extension/llm/export/quantize.py`` raises instead, unless
 # ``skip_incompatible_shapes=True``, which prints "Skipping ...".)
 
-from executorch.examples.models.llama.source_transformation.quantize import quantize
+from common.kernels import native_stderr_silenced
+
+with native_stderr_silenced():  # pytorch_tokenizers, imported with it, logs a C++ line to stderr
+    from executorch.examples.models.llama.source_transformation.quantize import quantize
 
 recipe = quantize(Decoder(hidden=344).eval(), "8da4w", group_size=32)
 left = float_linears(recipe)

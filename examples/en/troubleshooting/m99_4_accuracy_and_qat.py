@@ -387,7 +387,11 @@ assert here["result"]["7-bit (reduce_range)"] < 0.01, "7 bits: rounding only, on
 # has turned the fake-quantizing linears back into ``nn.Linear``.
 
 import torch.nn.functional as F
-from executorch.examples.models.llama.source_transformation.quantize import quantize
+
+from common.kernels import native_stderr_silenced
+
+with native_stderr_silenced():  # pytorch_tokenizers, imported with it, logs a C++ line to stderr
+    from executorch.examples.models.llama.source_transformation.quantize import quantize
 from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
 from torchao.quantization.granularity import PerGroup
 from torchao.quantization.qat import QATConfig

@@ -26,7 +26,7 @@ embedding）、PT2E 搭配 ``XNNPACKQuantizer`` （動態 int8，通往手機的
 """
 
 # SPDX-License-Identifier: BSD-3-Clause
-# sphinx_gallery_thumbnail_number = 1
+# sphinx_gallery_thumbnail_number = 2
 
 # %%
 # 準備
@@ -67,6 +67,7 @@ from common.language_model import (
 from common.pt2e import quiet
 from common.results import publish
 from common.timing import timing_threads
+from common.viz import draw
 
 quiet()
 # inductor 的 int8 lowering 複製 zero point 張量的方式，會觸發 torch 自己的警告（M03-3）。
@@ -244,6 +245,22 @@ xnnpack_model = convert_pt2e(prepared)
 reset_cache(xnnpack_model)
 print(f"{int8_linears(xnnpack_model)} 個 linear 讀取 int8 weight（共 {LINEARS} 個）")
 assert int8_linears(xnnpack_model) == LINEARS, "每個 linear 都是 int8 weight"
+
+# %%
+# 把第 0 個 block 的 SwiGLU 前饋層單獨拿出來，交給同一個 quantizer，就看得到每個 linear
+# 變成了什麼（圖中標出 q/dq node）：它的輸入每次呼叫都量化一次（ ``choose_qparams`` →
+# ``quantize`` → ``dequantize`` ，scale 由這次呼叫自己的數值算出），它的 weight 則以 int8
+# 代碼經由 ``dequantize_per_channel`` 讀入。 ``w1`` 與 ``w3`` 讀同一個輸入：共用一次量化。
+
+ffn = copy.deepcopy(model.layers[0].feed_forward)
+ffn_input = torch.randn(1, 8, 128)
+ffn_prepared = prepare_pt2e(torch.export.export(ffn, (ffn_input,)).module(), xnnpack)
+ffn_prepared(ffn_input)
+ffn_int8 = convert_pt2e(ffn_prepared)
+qdq = [n.name for n in ffn_int8.graph.nodes if "quantized_decomposed" in str(n.target)]
+draw(ffn_int8, highlight=qdq, title="第 0 個 block 的前饋層，XNNPACK 動態 int8")
+per_channel = [name for name in qdq if name.startswith("dequantize_per_channel")]
+assert len(per_channel) == 3 and len(qdq) == 3 + 2 * 3, "3 個 weight；2 個輸入：w1、w3 共用 x"
 
 # %%
 # 留在浮點數的運算，由 ``coverage`` （ ``common.coverage`` ）列出，不含只搬移數值的運算：

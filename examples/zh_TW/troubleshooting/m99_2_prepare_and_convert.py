@@ -752,7 +752,10 @@ assert not float_linears(mixed), "每個 linear 都量化了"
 # ``executorch/extension/llm/export/quantize.py`` 則會引發錯誤，除非設了
 # ``skip_incompatible_shapes=True`` ，這時它印出「Skipping ...」。）
 
-from executorch.examples.models.llama.source_transformation.quantize import quantize
+from common.kernels import native_stderr_silenced
+
+with native_stderr_silenced():  # 一起匯入的 pytorch_tokenizers 會在 stderr 印出一行 C++ 日誌
+    from executorch.examples.models.llama.source_transformation.quantize import quantize
 
 recipe = quantize(Decoder(hidden=344).eval(), "8da4w", group_size=32)
 left = float_linears(recipe)

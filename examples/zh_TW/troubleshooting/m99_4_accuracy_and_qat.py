@@ -375,7 +375,11 @@ assert here["result"]["7 位元（reduce_range）"] < 0.01, "7 位元：在這�
 # 在此之前先用 ``QATConfig(step="convert")`` 把會做 fake quantize 的 linear 換回 ``nn.Linear`` 。
 
 import torch.nn.functional as F
-from executorch.examples.models.llama.source_transformation.quantize import quantize
+
+from common.kernels import native_stderr_silenced
+
+with native_stderr_silenced():  # 一起匯入的 pytorch_tokenizers 會在 stderr 印出一行 C++ 日誌
+    from executorch.examples.models.llama.source_transformation.quantize import quantize
 from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
 from torchao.quantization.granularity import PerGroup
 from torchao.quantization.qat import QATConfig

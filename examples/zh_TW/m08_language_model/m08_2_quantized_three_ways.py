@@ -250,7 +250,7 @@ assert int8_linears(xnnpack_model) == LINEARS, "每個 linear 都是 int8 weight
 # 把第 0 個 block 的 SwiGLU 前饋層單獨拿出來，交給同一個 quantizer，就看得到每個 linear
 # 變成了什麼（圖中標出 q/dq node）：它的輸入每次呼叫都量化一次（ ``choose_qparams`` →
 # ``quantize`` → ``dequantize`` ，scale 由這次呼叫自己的數值算出），它的 weight 則以 int8
-# 代碼經由 ``dequantize_per_channel`` 讀入。 ``w1`` 與 ``w3`` 讀同一個輸入：共用一次量化。
+# 編碼經由 ``dequantize_per_channel`` 讀入。 ``w1`` 與 ``w3`` 讀同一個輸入：共用一次量化。
 
 ffn = copy.deepcopy(model.layers[0].feed_forward)
 ffn_input = torch.randn(1, 8, 128)

@@ -12,9 +12,9 @@ documentation, and the few things every M08 page does with it.
   exports it with a bounded dynamic sequence length (one program for prefill and decode).
 """
 
-import contextlib
 import math
 from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 
 import torch
@@ -23,6 +23,7 @@ from torch import nn
 
 from common.cache import cached_path
 from common.cpu import describe
+from common.data import _reproducible  # one thread, deterministic: as the digits models train
 from common.digest import digest
 
 __all__ = [
@@ -106,13 +107,9 @@ def split(name: str) -> torch.Tensor:
     raise ValueError(f"split {name!r} is unknown; use 'train' or 'held_out'")
 
 
-_ALL_TOKENS: list = []
-
-
+@cache
 def _tokens() -> torch.Tensor:
-    if not _ALL_TOKENS:
-        _ALL_TOKENS.append(encode(TEXT))
-    return _ALL_TOKENS[0]
+    return encode(TEXT)
 
 
 class RMSNorm(nn.Module):
@@ -274,22 +271,6 @@ def reset_cache(model: nn.Module) -> None:
     for name, buffer in model.named_buffers():
         if name.endswith(("k_cache", "v_cache")):
             buffer.zero_()
-
-
-@contextlib.contextmanager
-def _reproducible():
-    """One thread and deterministic algorithms while training; the caller's settings after."""
-    threads = torch.get_num_threads()
-    deterministic = torch.are_deterministic_algorithms_enabled()
-    rng = torch.random.get_rng_state()
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(deterministic)
-        torch.set_num_threads(threads)
-        torch.random.set_rng_state(rng)
 
 
 def _fit(model: Decoder, steps: int, seed: int) -> list[float]:

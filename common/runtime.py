@@ -7,10 +7,12 @@ elementwise operators (``HardSwish (NC)``, ``Add (ND)``) and the conversions nam
 they are listed apart, never dropped. ``load_check(program)`` loads each method in a child
 process, where XNNPACK compiles its delegates, and names the delegated node XNNPACK refuses, if
 any (m99_5). Both take what ``common.edge.to_executorch`` returns (``operators_run`` its
-``.buffer``).
+``.buffer``). ``load_quantized_kernels()`` gives the runtime ExecuTorch's quantized kernels
+(``embedding_byte`` of an 8-bit embedding, M08-3).
 """
 
 import contextlib
+import ctypes
 import io
 import json
 import re
@@ -20,6 +22,7 @@ import tempfile
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 
 from torch.fx import Node
@@ -32,8 +35,29 @@ __all__ = [
     "OperatorsRun",
     "Refusal",
     "load_check",
+    "load_quantized_kernels",
     "operators_run",
 ]
+
+
+@cache
+def load_quantized_kernels() -> Path:
+    """Register ExecuTorch's quantized kernels (``quantized_decomposed::embedding_byte.out``
+    and the other ``quantized_ops_lib`` kernels) with the runtime of this process; the library.
+
+    A ``.pte`` that names one of them outside its delegates fails to load without them
+    (``Missing operator: quantized_decomposed::embedding_byte.out``). ``import
+    executorch.kernels.quantized`` loads the same library, and with it the quantize and
+    dequantize out-variants it also adds to torch, for the rest of the process: a later
+    ``to_executorch`` of a q/dq program then succeeds where it fails by default (m99_5's first
+    entry). Loading the runtime library alone adds only the runtime's kernels.
+    """
+    import executorch.exir
+
+    library = Path(executorch.exir.__file__).parents[1] / "lib"
+    library /= "libexecutorch_kernels_quantized.so"
+    ctypes.CDLL(str(library))
+    return library
 
 
 # --- Proof on the runtime: the operators XNNPACK ran, from an ETDump --------------------------

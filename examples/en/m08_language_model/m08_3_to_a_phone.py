@@ -37,7 +37,6 @@ their data types, and measures tokens per second and bytes.
 
 import contextlib
 import copy
-import ctypes
 import io
 import itertools
 import json
@@ -69,7 +68,6 @@ from common.viz import draw
 
 quiet()
 
-import executorch
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
     XNNPACKQuantizer,
@@ -88,7 +86,7 @@ from torchao.quantization import (
 from torchao.quantization.granularity import PerAxis, PerGroup
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-from common.runtime import operators_run
+from common.runtime import load_quantized_kernels, operators_run
 
 threads_before = torch.get_num_threads()
 torch.set_num_threads(timing_threads())
@@ -179,8 +177,9 @@ print(f"8da4w .pte: {len(pte):,} bytes")
 # kernels, a library the app links (``quantized_ops_lib``). The runtime on PyPI ships it as
 # ``lib/libexecutorch_kernels_quantized.so``, which ``import executorch.kernels.quantized``
 # loads (with the quantize/dequantize ops it also adds to torch); loading the library alone
-# registers the runtime's kernels. Without them, ``load_method`` fails with ``Missing operator:
-# quantized_decomposed::embedding_byte.out`` in the runtime's log.
+# registers the runtime's kernels (``common.runtime.load_quantized_kernels``). Without them,
+# ``load_method`` fails with ``Missing operator: quantized_decomposed::embedding_byte.out`` in
+# the runtime's log.
 
 header = _get_extended_header(pte)
 plan = _flatbuffer_to_program(pte[: header.program_size]).execution_plan[0]
@@ -188,8 +187,7 @@ operators = sorted(f"{op.name}.{op.overload}".rstrip(".") for op in plan.operato
 print(f"{len(operators)} operators outside the delegates:")
 print(textwrap.fill(", ".join(operators), 96))
 assert "quantized_decomposed::embedding_byte.out" in operators, "the 8-bit embedding's kernel"
-libraries = Path(executorch.exir.__file__).parents[1] / "lib"  # the runtime's C++ libraries
-ctypes.CDLL(str(libraries / "libexecutorch_kernels_quantized.so"))
+load_quantized_kernels()
 
 # %%
 # Step 2 — The cache stays in the program

@@ -36,7 +36,6 @@ M08-1 的解碼器，用 ExecuTorch 的 LLM 做法量化之後（8da4w 加上 8 
 
 import contextlib
 import copy
-import ctypes
 import io
 import itertools
 import json
@@ -68,7 +67,6 @@ from common.viz import draw
 
 quiet()
 
-import executorch
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
     XNNPACKQuantizer,
@@ -87,7 +85,7 @@ from torchao.quantization import (
 from torchao.quantization.granularity import PerAxis, PerGroup
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-from common.runtime import operators_run
+from common.runtime import load_quantized_kernels, operators_run
 
 threads_before = torch.get_num_threads()
 torch.set_num_threads(timing_threads())
@@ -176,8 +174,8 @@ print(f"8da4w .pte：{len(pte):,} 位元組")
 # 連結的一個函式庫（ ``quantized_ops_lib`` ）。PyPI 上的執行環境以
 # ``lib/libexecutorch_kernels_quantized.so`` 提供它， ``import executorch.kernels.quantized``
 # 會載入它（同時也替 torch 加上 quantize／dequantize 運算）；只載入這個函式庫，就只會向執行環境
-# 註冊 kernel。少了它們， ``load_method`` 會失敗，執行環境的紀錄寫著 ``Missing operator:
-# quantized_decomposed::embedding_byte.out`` 。
+# 註冊 kernel（ ``common.runtime.load_quantized_kernels`` ）。少了它們， ``load_method``
+# 會失敗，執行環境的紀錄寫著 ``Missing operator: quantized_decomposed::embedding_byte.out`` 。
 
 header = _get_extended_header(pte)
 plan = _flatbuffer_to_program(pte[: header.program_size]).execution_plan[0]
@@ -185,8 +183,7 @@ operators = sorted(f"{op.name}.{op.overload}".rstrip(".") for op in plan.operato
 print(f"delegate 之外有 {len(operators)} 個運算子：")
 print(textwrap.fill(", ".join(operators), 96))
 assert "quantized_decomposed::embedding_byte.out" in operators, "8 位元 embedding 的 kernel"
-libraries = Path(executorch.exir.__file__).parents[1] / "lib"  # 執行環境的 C++ 函式庫
-ctypes.CDLL(str(libraries / "libexecutorch_kernels_quantized.so"))
+load_quantized_kernels()
 
 # %%
 # 步驟 2 — 快取留在程式裡

@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import shutil
 import subprocess
 import textwrap
 from pathlib import Path
@@ -18,6 +19,7 @@ __all__ = [
     "RUNNER",
     "VIRTUALENV_LESSON",
     "assert_drew_the_sites_pictures",
+    "build_measurements",
     "exercise_solutions",
     "lessons",
     "passed_before",
@@ -99,18 +101,25 @@ def torch_threads() -> dict[str, str]:
 
 
 def run_as_a_reader(
-    python: str, script: Path, folder: Path, *, env: dict, cap: str | None = None
+    python: str,
+    script: Path,
+    folder: Path,
+    *,
+    env: dict,
+    cap: str | None = None,
+    measured: dict | None = None,
 ) -> subprocess.CompletedProcess:
     """Run ``script`` and its exercise solutions in a fresh ``python`` (tests/run_lesson.py),
     from ``folder`` (an unrelated one: the lesson must find common through the installed
-    package), its pictures written there as graph_NNN.svg. Asserts it succeeded, wrote nothing
-    to stderr, and drew."""
+    package), its pictures written there as graph_NNN.svg; with ``measured``
+    (``build_measurements``), its timings read from the site's build. Asserts it succeeded,
+    wrote nothing to stderr, and drew."""
     env = {**env, **torch_threads(), "PT2E_COURSE_DRAW_DIR": str(folder)}
     if cap:
         from common.cpu import isa_environment
 
         env.update(isa_environment(cap))
-    job = json.dumps([str(script), exercise_solutions(script), cap])
+    job = json.dumps([str(script), exercise_solutions(script), cap, measured])
     result = subprocess.run(
         [python, str(RUNNER)],
         input=job,
@@ -152,6 +161,26 @@ def reader_run_key(lang: str, relative: Path, cap: str | None) -> str:
     compared = sorted(pictures.glob(f"sphx_glr_{relative.stem}_[0-9][0-9][0-9].svg"))
     inputs = [script, *common_closure(script), RUNNER, Path(__file__), ROOT / "pyproject.toml"]
     return inputs_digest([*inputs, *compared], f"cap {cap}", repr(describe()))
+
+
+def build_measurements(lang: str, relative: Path, folder: Path) -> dict | None:
+    """What the site's build measured once for a lesson (``common.cache.measured_once``: its
+    timings, ``run_under_isa``'s answers), copied into ``folder``, as ``run_as_a_reader``'s
+    ``measured``; None when the build kept none for the lesson's inputs.
+
+    A reader run on this CPU's own path then prints the figures its page prints instead of
+    timing again: the code that measured them ran in the build under the same inputs (the
+    stack, the lesson's ``common`` closure; ``measured_key``), and timings are printed, never
+    asserted. A capped run measures its own (its kernel path is not the build's).
+    """
+    from course_sources import MEASURED_ONCE, measured_key
+
+    inputs = measured_key(EXAMPLES / lang / relative)
+    kept = MEASURED_ONCE / inputs
+    if not any(kept.glob("*.json")):
+        return None
+    shutil.copytree(kept, folder / inputs, ignore=shutil.ignore_patterns("*.lock"))
+    return {"lang": lang, "name": relative.stem, "folder": str(folder), "inputs": inputs}
 
 
 def assert_drew_the_sites_pictures(folder: Path, lang: str, relative: Path) -> None:

@@ -16,6 +16,7 @@ from lesson_scripts import (
     RUNNER,
     VIRTUALENV_LESSON,
     assert_drew_the_sites_pictures,
+    build_measurements,
     exercise_solutions,
     lessons,
     passed_before,
@@ -122,7 +123,11 @@ def test_lesson_runs_as_a_reader_runs_it_with_its_solutions(
         record_property("reader_run", "kept")  # conftest.py counts them in the summary
         return
     script = EXAMPLES / READER_LANGUAGE / relative
-    run_as_a_reader(sys.executable, script, tmp_path, env=dict(os.environ), cap=cap)
+    measured = None if cap else build_measurements(READER_LANGUAGE, relative, tmp_path / "kept")
+    # On this CPU's own path its timings are the build's (build_measurements says why)
+    run_as_a_reader(
+        sys.executable, script, tmp_path, env=dict(os.environ), cap=cap, measured=measured
+    )
     if not cap:  # float kernels round differently under a cap: other qparams in the tooltips
         assert_drew_the_sites_pictures(tmp_path, READER_LANGUAGE, relative)
     remember_pass(key)
@@ -233,6 +238,36 @@ def test_the_reader_runner_runs_the_solutions_in_the_lessons_namespace(tmp_path)
     assert run("from beside import NAME\nassert (x, NAME) == (1, 'beside')").returncode == 0
     failed = run("y = 2 * x", "assert y == 3, 'y is 2'")
     assert failed.returncode != 0 and "(solution 2)" in failed.stderr, failed.stderr
+
+
+def test_the_reader_runner_reads_what_the_build_measured_and_measures_what_it_did_not(tmp_path):
+    """Given ``measured``, a lesson's ``measured_once`` reads the build's figure for its key and
+    measures a key the build did not keep; without it, it measures (a reader's own timing)."""
+    lesson = tmp_path / "m09_1_x.py"
+    lesson.write_text(
+        "from common.cache import measured_once\n"
+        "kept = measured_once('kept', lambda: 'measured')\n"
+        "new = measured_once('new', lambda: 'measured')\n"
+        "print(kept, new)\n"
+    )
+    (tmp_path / "kept" / "inputs").mkdir(parents=True)
+    (tmp_path / "kept" / "inputs" / "kept.json").write_text('"the build\'s"')
+    figures = {
+        "lang": "en",
+        "name": "m09_1_x",
+        "folder": str(tmp_path / "kept"),
+        "inputs": "inputs",
+    }
+
+    def run(measured):
+        job = json.dumps([str(lesson), [], None, measured])
+        command = [sys.executable, str(RUNNER)]
+        done = subprocess.run(command, input=job, cwd=tmp_path, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    assert run(figures) == "the build's measured"
+    assert run(None) == "measured measured"
 
 
 # The quickstart (examples/<lang>/quickstart/) runs the whole flow on one page and sends the

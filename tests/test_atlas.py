@@ -31,8 +31,8 @@ pytestmark = [
 NAMES = [item.name for item in atlas.ENTRIES]
 
 
-def both(name: str) -> BothPartitioners:
-    item = atlas.entry(name)
+def both(name: str | atlas.Entry) -> BothPartitioners:
+    item = atlas.entry(name) if isinstance(name, str) else name
     program = torch.export.export(atlas.quantize(item, "xnnpack"), atlas.example_args(item))
     partitioners = BothPartitioners()
     try:
@@ -52,6 +52,55 @@ def test_course_partitioner_agrees_with_xnnpack_on_every_atlas_model(name):
     assert partitioners.refused is None, f"CoursePartitioner refused it: {partitioners.refused}"
     assert partitioners.kept_whole["course"] == partitioners.kept_whole["xnnpack"]
     assert partitioners.tagged["course"] == partitioners.tagged["xnnpack"], "the partitions differ"
+
+
+def _power(exponent: int) -> atlas.Entry:
+    """x ** exponent between linears (an RMSNorm's square, or a cube)."""
+    from torch import nn
+
+    class Power(nn.Module):
+        def forward(self, x):
+            return x.pow(exponent)
+
+    def build():
+        torch.manual_seed(0)
+        return atlas.BetweenLinears(Power()).eval()
+
+    return atlas.Entry(f"pow · {exponent}", ("pow",), "between linears", build, atlas.TOKENS)
+
+
+@pytest.mark.parametrize("exponent", [2, 3])
+def test_xnnpack_takes_a_square_and_not_a_cube_and_the_table_says_so(exponent):
+    """PowConfig: "Only support powers of two" (power == 2): the table's constraint, checked
+    against XNNPACK's own partitioner on both sides of it."""
+    from common.edge import SUPPORTED
+
+    partitioners = both(_power(exponent))
+    assert partitioners.refused is None, partitioners.refused
+    assert partitioners.tagged["course"] == partitioners.tagged["xnnpack"], "the partitions differ"
+    partitions, _ = partitioners.tagged["xnnpack"]
+    tagged = {node for partition in partitions for node in partition}
+    assert any("pow" in node for node in tagged) is (exponent == 2), tagged
+    assert SUPPORTED["pow.Tensor_Scalar"].int8 is False, "a float kernel only"
+
+
+def test_a_rotary_mul_broadcasts_so_x86_leaves_it_float_and_xnnpack_makes_it_int8():
+    """x86 annotates a mul only for two tensors of one shape (torchao's ``_same_shape``); the
+    rotary's ``cos`` and ``sin`` are (positions, features / 2), broadcast over the batch."""
+    item = atlas.entry("mul · rotary")
+    x86 = atlas.reported(item, "x86")
+    assert x86["status"] == "float"
+    assert "mul of shapes [2, 6, 8] and [6, 8]" in x86["reason"]["en"], x86
+    assert atlas.reported(item, "xnnpack")["status"] == "int8 static"
+
+
+def test_a_kv_cache_write_stays_float_for_every_quantizer():
+    item = atlas.entry("index_copy_ · KV cache")
+    for quantizer in ("x86", "xnnpack"):
+        fate = atlas.reported(item, quantizer)
+        assert fate["status"] == "float", quantizer
+        assert "the cache it writes keeps float values" in fate["reason"]["en"], fate
+    assert atlas.annotation(item, atlas.quantize(item, "x86")) == "float"
 
 
 def test_the_atlas_has_at_least_40_ops_each_with_one_model():

@@ -214,6 +214,57 @@ class _SwiGLU(nn.Module):
         return self.w2(F.silu(self.w1(x)) * self.w3(x))
 
 
+class _RMSNorm(nn.Module):
+    """``x * rsqrt(mean(x²) + eps) * weight``: an RMSNorm written out as Llama writes it
+    (common.language_model's ``RMSNorm``): a ``pow``, a ``mean``, an ``rsqrt``, two ``mul``."""
+
+    def __init__(self, dim: int = 16, eps: float = 1e-5):
+        super().__init__()
+        self.eps, self.weight = eps, nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class _Rotary(nn.Module):
+    """linear → rotary positions → linear: each (even, odd) pair of features rotated by its
+    position's angle (common.language_model's ``_rotate``), ``cos`` and ``sin`` of shape
+    (positions, features / 2) broadcast over the batch."""
+
+    def __init__(self, positions: int = 6):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(16, 16), nn.Linear(16, 16)
+        frequencies = 1.0 / (10000 ** (torch.arange(0, 16, 2).float() / 16))
+        angles = torch.outer(torch.arange(positions).float(), frequencies)
+        self.register_buffer("cos", angles.cos(), persistent=False)
+        self.register_buffer("sin", angles.sin(), persistent=False)
+
+    def forward(self, x):
+        x = self.fc1(x)
+        even, odd = x[..., 0::2], x[..., 1::2]
+        cos, sin = self.cos, self.sin
+        x = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)
+        return self.fc2(x)
+
+
+class _KVCache(nn.Module):
+    """linear → written into a cache buffer at given positions (``index_copy_``, in place, as
+    common.language_model's attention writes its keys and values) → linear on the whole
+    cache. The positions are a buffer, and no parameter asks for gradients: the write is an
+    inference-time update of a buffer."""
+
+    def __init__(self, length: int = 8):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(16, 16), nn.Linear(16, 16)
+        self.register_buffer("cache", torch.zeros(2, length, 16), persistent=False)
+        self.register_buffer("positions", torch.arange(6), persistent=False)
+        self.requires_grad_(False)
+
+    def forward(self, x):
+        self.cache.index_copy_(1, self.positions, self.fc1(x))
+        return self.fc2(self.cache)
+
+
 def _lam(function: Callable, label: str) -> nn.Module:
     return _Lambda(function, label)
 
@@ -227,7 +278,7 @@ def _spec(name, ops, where, build, shape=IMAGE, *, shared=False) -> Entry:
 
 
 #: The atlas's rows, grouped: compute ops, binary ops, pass-through ops, reductions,
-#: activations, norms, resampling, layout ops, recurrent layers.
+#: activations, norms, resampling, layout ops, recurrent layers, a KV cache's write.
 ENTRIES: tuple = (
     # compute
     _spec("conv1d", ["conv1d"], "alone", lambda: nn.Conv1d(8, 8, 3, padding=1), SIGNAL),
@@ -287,6 +338,13 @@ ENTRIES: tuple = (
         "silu(w1 x) × w3 x → w2 (Llama's feed-forward)",
         _SwiGLU,
         TOKENS,
+    ),
+    _spec(
+        "mul · rotary",
+        ["mul"],
+        "between linears, each feature pair × cos, sin of its position (Llama's rotary)",
+        _Rotary,
+        SEQUENCE,
     ),
     _spec(
         "div",
@@ -426,6 +484,13 @@ ENTRIES: tuple = (
     ),
     _spec("group_norm", ["group_norm"], "between convs", lambda: BetweenConvs(nn.GroupNorm(2, 8))),
     _spec(
+        "rms_norm · as Llama writes it",
+        ["pow", "mean", "rsqrt"],
+        "x * rsqrt(mean(x²) + eps) * weight between linears (Llama's RMSNorm)",
+        lambda: BetweenLinears(_RMSNorm()),
+        SEQUENCE,
+    ),
+    _spec(
         "batch_norm",
         ["batch_norm"],
         "conv → ReLU → BatchNorm → conv (not foldable)",
@@ -500,6 +565,14 @@ ENTRIES: tuple = (
     # recurrent
     _spec("lstm", ["lstm"], "between linears", lambda: _Recurrent(nn.LSTM), SEQUENCE),
     _spec("gru", ["gru"], "between linears", lambda: _Recurrent(nn.GRU), SEQUENCE),
+    # a KV cache
+    _spec(
+        "index_copy_ · KV cache",
+        ["index_copy", "index_put"],
+        "linear → a cache buffer, written in place at 6 of 8 positions → linear (Llama)",
+        _KVCache,
+        SEQUENCE,
+    ),
 )
 
 
@@ -525,6 +598,9 @@ _WHERE_ZH_TW = {
     "conv(x) × conv(x)": "conv(x) × conv(x)",
     "γ × conv(x) (ConvNeXt)": "γ × conv(x)（ConvNeXt）",
     "silu(w1 x) × w3 x → w2 (Llama's feed-forward)": "silu(w1 x) × w3 x → w2（Llama 的前饋層）",
+    "between linears, each feature pair × cos, sin of its position (Llama's rotary)": (
+        "兩個 linear 之間，每組特徵乘上所在位置的 cos、sin（Llama 的旋轉位置編碼）"
+    ),
     "conv(x) / 2 between convs": "兩個 conv 之間的 conv(x) / 2",
     "two convs' outputs (U-Net's skip)": "兩個 conv 的輸出（U-Net 的 skip connection）",
     "conv → ReLU → max-pool → conv (ResNet's stem)": (
@@ -558,6 +634,9 @@ _WHERE_ZH_TW = {
     "between linears, last axis": "兩個 linear 之間，沿最後一軸",
     "x.clamp(-1, 1) between convs": "兩個 conv 之間的 x.clamp(-1, 1)",
     "between linears (a transformer)": "兩個 linear 之間（Transformer）",
+    "x * rsqrt(mean(x²) + eps) * weight between linears (Llama's RMSNorm)": (
+        "兩個 linear 之間的 x * rsqrt(mean(x²) + eps) * weight（Llama 的 RMSNorm）"
+    ),
     "conv → ReLU → BatchNorm → conv (not foldable)": "conv → ReLU → BatchNorm → conv（無法折疊）",
     "between convs (U-Net, FPN)": "兩個 conv 之間（U-Net、FPN）",
     "between convs (segmentation heads)": "兩個 conv 之間（分割模型的輸出頭）",
@@ -569,6 +648,9 @@ _WHERE_ZH_TW = {
     "conv → x[:, :, 1:-1] → conv": "conv → x[:, :, 1:-1] → conv",
     "conv → split → a conv on each half": "conv → split → 兩半各接一個 conv",
     "eval-mode dropout between linears": "兩個 linear 之間、eval 模式的 dropout",
+    "linear → a cache buffer, written in place at 6 of 8 positions → linear (Llama)": (
+        "linear → 就地寫入快取 buffer 8 個位置中的 6 個 → linear（Llama）"
+    ),
 }
 
 

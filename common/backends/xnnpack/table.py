@@ -133,6 +133,14 @@ def _gelu(node: Node):
     return "a float16 GELU" if node.meta["val"].dtype == torch.float16 else None
 
 
+def _pow(node: Node):
+    """PowConfig: "Only support powers of two" (an int power, and that power 2: a square)."""
+    power = node.args[1]
+    if not isinstance(power, int) or power != 2:
+        return f"a power of {power} (only x ** 2)"
+    return None
+
+
 def _softmax(node: Node):
     """SoftmaxConfig: "Check that dim is always the last dim"."""
     dim, rank = node.args[1], node.args[0].meta["val"].dim()
@@ -281,6 +289,10 @@ SUPPORTED: dict[str, Op] = {
     "bmm.default": Op(int8=False),
     "leaky_relu.default": Op(int8=False),
     "exp.default": Op(int8=False),
+    # An RMSNorm as Llama writes it, x * rsqrt(mean(x ** 2) + eps) * weight: its square and
+    # its reciprocal square root (its mean: MeanDimConfig, above).
+    "pow.Tensor_Scalar": Op(int8=False, why_not=_pow),
+    "rsqrt.default": Op(int8=False),
     # (a zero pad read by one int8 conv alone joins the conv's pattern: see CoursePartitioner._gemm)
     "constant_pad_nd.default": Op(int8=False, why_not=_pad),
     "upsample_bilinear2d.vec": Op(
@@ -306,6 +318,8 @@ PORTABLE: dict[str, str] = {
     "mul.Scalar": "XNNPACK's mul config is for mul.Tensor only",
     "sum.dim_IntList": "XNNPACK has no config for sum",
     "embedding.default": "XNNPACK has no config for embedding (a gather)",
+    # A KV cache's in-place write (index_copy_, index_put_), functionalized in the edge graph:
+    "index_put.default": "XNNPACK has no config for index_put (a KV cache's write)",
     "native_group_norm.default": "XNNPACK has no config for group norm",
     "upsample_nearest2d.vec": "XNNPACK's only resize config is bilinear",
     # Softplus (in mish) is where(x > 20, x, log1p(exp(x))):

@@ -6,13 +6,13 @@ What happens to the ops between the convs and the linears? One small model per o
 conv2d, conv_transpose2d, linear, matmul, bmm, scaled_dot_product_attention, embedding, add,
 sub, mul, div, cat, max_pool2d, avg_pool2d, adaptive_avg_pool2d, mean, sum, relu, hardtanh,
 leaky_relu, gelu, silu, mish, hardswish, hardsigmoid, sigmoid, tanh, softmax, clamp,
-layer_norm, group_norm, batch_norm, upsample_nearest2d, upsample_bilinear2d, pixel_shuffle,
-pad, flatten, reshape, permute, transpose, slice, split, dropout, lstm, gru), each placed
-where real models put it, goes through every quantizer that runs here and then to what runs
-it: a oneDNN kernel or inductor's loop on x86, an XNNPACK delegate or ExecuTorch's portable
-kernels, the precision OpenVINO's CPU plugin executes. Every cell of the table is read from
-what ran, and checked against rules the page states, so the page breaks when a release
-changes an op's fate.
+layer_norm, group_norm, an RMSNorm as Llama writes it, batch_norm, upsample_nearest2d,
+upsample_bilinear2d, pixel_shuffle, pad, flatten, reshape, permute, transpose, slice, split,
+dropout, lstm, gru, a KV cache's index_copy_), each placed where real models put it, goes
+through every quantizer that runs here and then to what runs it: a oneDNN kernel or inductor's
+loop on x86, an XNNPACK delegate or ExecuTorch's portable kernels, the precision OpenVINO's CPU
+plugin executes. Every cell of the table is read from what ran, and checked against rules the
+page states, so the page breaks when a release changes an op's fate.
 
 **What you will learn**
 
@@ -187,16 +187,18 @@ for row in rows:
 #
 # 1. conv2d, linear and a ``mul`` of two tensors of one shape are int8 (its
 #    ``default_quantizable_ops``): two convs' outputs, or a language model's SwiGLU,
-#    ``silu(w1 x) * w3 x``, but not a broadcast scale; conv1d only with an ``nn.ReLU`` after
-#    it.
+#    ``silu(w1 x) * w3 x``, but not a mul whose operand broadcasts (ConvNeXt's layer scale
+#    γ, rotary positions' ``cos`` and ``sin``): it compares the two shapes, as ``broadcasts``
+#    does below. conv1d only with an ``nn.ReLU`` after it.
 # 2. An activation module right after a conv or linear is fused into it, from two lists:
 #    after a conv ``nn.ReLU``, ``nn.ReLU6`` (hardtanh), ``nn.Hardswish``, ``nn.SiLU``; after
 #    a linear ``nn.ReLU``, ``nn.LeakyReLU``, ``nn.Tanh``, ``nn.GELU``. An ``add`` directly
 #    after its conv or linear is fused too (with the ReLU after it).
 # 3. max_pool2d, cat, avg_pool2d, adaptive_avg_pool2d and flatten pass int8 through when
 #    their input comes from a quantized op (``int8_in_int8_out_ops``).
-# 4. Everything else stays float: norms, resampling, reductions, the other activations,
-#    conv_transpose2d (no x86 int8 op for a transposed conv), matmul and attention.
+# 4. Everything else stays float: norms (an RMSNorm written out too), resampling,
+#    reductions, the other activations, conv_transpose2d (no x86 int8 op for a transposed
+#    conv), matmul, attention and a KV cache's write.
 
 X86_INT8 = {"conv2d", "linear", "mul"}
 X86_AFTER_CONV = {"relu", "hardtanh", "hardswish", "silu", "add"}
@@ -208,8 +210,17 @@ def after_linear(item) -> bool:
     return isinstance(item.build(), atlas.BetweenLinears) or "linear" in item.name
 
 
+def broadcasts(item) -> bool:
+    if item.op != "mul":
+        return False
+    graph = torch.export.export(item.build(), item.example_args()).graph
+    muls = atlas.nodes_of(item, graph)
+    shapes = [{tuple(a.meta["val"].shape) for a in n.args[:2]} for n in muls]
+    return any(len(pair) > 1 for pair in shapes)  # torchao's _same_shape, on each mul
+
+
 def x86_rule(item) -> str:
-    if item.op in X86_INT8 and item.name != "mul · layer scale":  # γ broadcasts: shapes differ
+    if item.op in X86_INT8 and not broadcasts(item):
         return "int8 static"
     if item.op in (X86_AFTER_LINEAR if after_linear(item) else X86_AFTER_CONV):
         return "int8 fused"
@@ -378,7 +389,9 @@ assert not edge.SUPPORTED["bmm.default"].int8, "XNNPACK's bmm is float only"
 # ``XnnpackPartitioner`` takes an op when one of its configs covers it and the config's
 # constraint holds; a config that refuses logs why (``WhyNoPartition``). The ops left to the
 # portable kernels, with XNNPACK's reason, or the course partitioner's table
-# (``common.edge.PORTABLE``) where XNNPACK has no config to log one:
+# (``common.edge.PORTABLE``) where XNNPACK has no config to log one. An RMSNorm as Llama
+# writes it runs in XNNPACK (float) but for its mean, over the last axis; a KV cache's write,
+# ``index_put`` on the edge graph, has no XNNPACK config:
 
 portable = {n: r["xnnpack"] for n, r in results.items() if r["xnnpack"].get("delegated") is False}
 for name, r in portable.items():
@@ -388,6 +401,9 @@ for name, r in portable.items():
 assert "mean · keepdim" not in portable, "a 4-D mean over H and W with keepdim runs in XNNPACK"
 assert "mean · last axis" in portable, "a mean over the last axis of a 3-D tensor does not"
 assert "layer_norm" in portable, "XNNPACK has no layer norm"
+rms_norm = portable["rms_norm · as Llama writes it"]
+assert rms_norm["portable"] == ["mean"], "the RMSNorm's pow and rsqrt run in XNNPACK, its mean not"
+assert portable["index_copy_ · KV cache"]["portable"] == ["index_put"], "a cache's write"
 
 # %%
 # Step 5 — OpenVINO and Arm
@@ -427,9 +443,10 @@ assert "int8 shared" not in arm
 # %%
 # Summary
 # -------
-# - x86: conv2d, linear, same-shape mul int8; ReLU, ReLU6, Hardswish, SiLU fused after a
-#   conv, ReLU, LeakyReLU, Tanh, GELU after a linear, add after its conv or linear;
-#   max_pool2d, cat, avg_pool2d, adaptive_avg_pool2d, flatten int8 through; the rest float.
+# - x86: conv2d, linear, same-shape mul int8 (a broadcast mul float); ReLU, ReLU6,
+#   Hardswish, SiLU fused after a conv, ReLU, LeakyReLU, Tanh, GELU after a linear, add after
+#   its conv or linear; max_pool2d, cat, avg_pool2d, adaptive_avg_pool2d, flatten int8
+#   through; the rest float.
 #   Run: every fused op a oneDNN post-op (the lowering fuses ReLU and add, a compile the
 #   others), but Tanh and LeakyReLU after a linear, which inductor leaves in a float loop;
 #   compiled, the linears that read one weight run float: one int8 constant per reader.

@@ -6,12 +6,13 @@ conv 與 linear 之間的那些運算，量化後會怎樣？每個運算一個�
 conv_transpose2d、linear、matmul、bmm、scaled_dot_product_attention、embedding、add、sub、
 mul、div、cat、max_pool2d、avg_pool2d、adaptive_avg_pool2d、mean、sum、relu、hardtanh、
 leaky_relu、gelu、silu、mish、hardswish、hardsigmoid、sigmoid、tanh、softmax、clamp、
-layer_norm、group_norm、batch_norm、upsample_nearest2d、upsample_bilinear2d、pixel_shuffle、
-pad、flatten、reshape、permute、transpose、slice、split、dropout、lstm、gru），各自放在真實
-模型擺放它的位置，交給這台機器上跑得動的每個 quantizer，再追到實際執行它的地方：x86 上的
-oneDNN kernel 或 inductor 的迴圈、XNNPACK delegate 或 ExecuTorch 的 portable kernel、OpenVINO
-CPU 外掛實際執行的精度。表中每一項都讀自實際的執行，並對照本頁寫明的規則檢查；新版本改變了
-某個運算的命運，這一頁就會建置失敗。
+layer_norm、group_norm、照 Llama 寫法展開的 RMSNorm、batch_norm、upsample_nearest2d、
+upsample_bilinear2d、pixel_shuffle、pad、flatten、reshape、permute、transpose、slice、split、
+dropout、lstm、gru、KV 快取的 index_copy_），各自放在真實模型擺放它的位置，交給這台機器
+上跑得動的每個 quantizer，再追到實際執行它的地方：x86 上的 oneDNN kernel 或 inductor 的迴圈、
+XNNPACK delegate 或 ExecuTorch 的 portable kernel、OpenVINO CPU 外掛實際執行的精度。表中
+每一項都讀自實際的執行，並對照本頁寫明的規則檢查；新版本改變了某個運算的命運，這一頁就會
+建置失敗。
 
 **你會學到**
 
@@ -185,15 +186,17 @@ for row in rows:
 #
 # 1. conv2d、linear，以及兩個形狀相同的張量的 ``mul`` 是 int8（它的
 #    ``default_quantizable_ops`` ）：兩個 conv 的輸出相乘，或語言模型 SwiGLU 的
-#    ``silu(w1 x) * w3 x`` 都是，會廣播的縮放則不是；conv1d 只在後面接著 ``nn.ReLU`` 時才是。
+#    ``silu(w1 x) * w3 x`` 都是；有一個輸入會廣播的 mul 則不是（ConvNeXt 的 layer scale γ、
+#    旋轉位置編碼的 ``cos`` 與 ``sin`` ）：它比較兩個形狀，就像下面的 ``broadcasts`` 。
+#    conv1d 只在後面接著 ``nn.ReLU`` 時才是。
 # 2. 緊接在 conv 或 linear 後面的活化模組會融合進去，依兩份清單：conv 後面是 ``nn.ReLU`` 、
 #    ``nn.ReLU6`` （hardtanh）、 ``nn.Hardswish`` 、 ``nn.SiLU`` ；linear 後面是 ``nn.ReLU`` 、
 #    ``nn.LeakyReLU`` 、 ``nn.Tanh`` 、 ``nn.GELU`` 。直接接在自己的 conv 或 linear 後面的
 #    ``add`` 也會融合（連同它後面的 ReLU）。
 # 3. max_pool2d、cat、avg_pool2d、adaptive_avg_pool2d 與 flatten 的輸入來自量化過的運算時，
 #    讓 int8 直接通過（ ``int8_in_int8_out_ops`` ）。
-# 4. 其他都留在浮點數：正規化、重新取樣、歸約、其他活化函式、conv_transpose2d（x86 沒有
-#    轉置 conv 的 int8 運算）、matmul 與 attention。
+# 4. 其他都留在浮點數：正規化（展開寫的 RMSNorm 也是）、重新取樣、歸約、其他活化函式、
+#    conv_transpose2d（x86 沒有轉置 conv 的 int8 運算）、matmul、attention 與 KV 快取的寫入。
 
 X86_INT8 = {"conv2d", "linear", "mul"}
 X86_AFTER_CONV = {"relu", "hardtanh", "hardswish", "silu", "add"}
@@ -205,8 +208,17 @@ def after_linear(item) -> bool:
     return isinstance(item.build(), atlas.BetweenLinears) or "linear" in item.name
 
 
+def broadcasts(item) -> bool:
+    if item.op != "mul":
+        return False
+    graph = torch.export.export(item.build(), item.example_args()).graph
+    muls = atlas.nodes_of(item, graph)
+    shapes = [{tuple(a.meta["val"].shape) for a in n.args[:2]} for n in muls]
+    return any(len(pair) > 1 for pair in shapes)  # torchao 的 _same_shape，逐一檢查每個 mul
+
+
 def x86_rule(item) -> str:
-    if item.op in X86_INT8 and item.name != "mul · layer scale":  # γ 會廣播：形狀不同
+    if item.op in X86_INT8 and not broadcasts(item):
         return "int8 static"
     if item.op in (X86_AFTER_LINEAR if after_linear(item) else X86_AFTER_CONV):
         return "int8 fused"
@@ -373,7 +385,9 @@ assert not edge.SUPPORTED["bmm.default"].int8, "XNNPACK 的 bmm 只有浮點數�
 # %%
 # ``XnnpackPartitioner`` 在有 config 涵蓋某個運算、且該 config 的限制成立時接手它；拒絕的
 # config 會記下原因（ ``WhyNoPartition`` ）。留在 portable kernel 上的運算，附上 XNNPACK 的
-# 原因；XNNPACK 沒有 config 可記錄原因時，附上課程 partitioner 的表（ ``common.edge.PORTABLE`` ）：
+# 原因；XNNPACK 沒有 config 可記錄原因時，附上課程 partitioner 的表（ ``common.edge.PORTABLE`` ）。
+# 照 Llama 寫法展開的 RMSNorm 在 XNNPACK 裡（以浮點數）執行，只有沿最後一軸的 mean 例外；
+# KV 快取的寫入，在 edge graph 上是 ``index_put`` ，XNNPACK 沒有它的 config：
 
 portable = {n: r["xnnpack"] for n, r in results.items() if r["xnnpack"].get("delegated") is False}
 for name, r in portable.items():
@@ -383,6 +397,9 @@ for name, r in portable.items():
 assert "mean · keepdim" not in portable, "4-D、對 H 與 W、keepdim 的 mean 在 XNNPACK 裡執行"
 assert "mean · last axis" in portable, "對 3-D 張量最後一軸的 mean 則不會"
 assert "layer_norm" in portable, "XNNPACK 沒有 layer norm"
+rms_norm = portable["rms_norm · as Llama writes it"]
+assert rms_norm["portable"] == ["mean"], "RMSNorm 的 pow 與 rsqrt 在 XNNPACK 裡執行，mean 則不是"
+assert portable["index_copy_ · KV cache"]["portable"] == ["index_put"], "快取的寫入"
 
 # %%
 # 步驟 5 — OpenVINO 與 Arm
@@ -421,10 +438,10 @@ assert "int8 shared" not in arm
 # %%
 # 小結
 # ----
-# - x86：conv2d、linear、形狀相同的 mul 是 int8；ReLU、ReLU6、Hardswish、SiLU 在 conv 後面
-#   融合，ReLU、LeakyReLU、Tanh、GELU 在 linear 後面融合，add 在自己的 conv 或 linear 後面
-#   融合；max_pool2d、cat、avg_pool2d、adaptive_avg_pool2d、flatten 讓 int8 直接通過；其餘是
-#   浮點數。
+# - x86：conv2d、linear、形狀相同的 mul 是 int8（會廣播的 mul 是浮點數）；ReLU、ReLU6、
+#   Hardswish、SiLU 在 conv 後面融合，ReLU、LeakyReLU、Tanh、GELU 在 linear 後面融合，add 在
+#   自己的 conv 或 linear 後面融合；max_pool2d、cat、avg_pool2d、adaptive_avg_pool2d、flatten
+#   讓 int8 直接通過；其餘是浮點數。
 #   實際執行：每個融合的運算都是 oneDNN 的 post-op（lowering 融合 ReLU 與 add，其他的由編譯
 #   融合），只有 linear 後面的 Tanh 與 LeakyReLU 被 inductor 留在浮點數迴圈裡；編譯後，讀同一個
 #   weight 的那些 linear 以浮點數執行：每個讀取者要有自己的 int8 常數。

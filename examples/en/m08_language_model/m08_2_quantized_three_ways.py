@@ -5,16 +5,17 @@ M08-2 Quantized three ways
 The decoder of M08-1 is quantized here the three ways its users meet: torchao's ``quantize_``
 with ExecuTorch's LLM recipe (**8da4w**: int8 dynamic activations, int4 weights in groups of
 32, plus an int8 embedding), PT2E with ``XNNPACKQuantizer`` (dynamic int8, the way to a phone),
-and PT2E with ``X86InductorQuantizer`` (dynamic int8) run under ``torch.compile``. Each is judged
-as a language model is: perplexity on held-out text, the text it writes, the bytes of its
-weights, and what it left float. The lesson ends on a trap of grouped weights: a layer width
-that the group size does not divide, which torchao refuses loudly and ExecuTorch's recipe skips
-without a word.
+and PT2E with ``X86InductorQuantizer`` (dynamic int8) run under ``torch.compile``, timed in
+tokens per second against compiled fp32. Each is judged as a language model is: perplexity on
+held-out text, the text it writes, the bytes of its weights, and what it left float. The lesson
+ends on a trap of grouped weights: a layer width that the group size does not divide, which
+torchao refuses loudly and ExecuTorch's recipe skips without a word.
 
 **What you will learn**
 
 - What each recipe turns the weights and the graph into, and what it leaves float
-- How close each comes to fp32 in perplexity and in greedy text, and what its weights weigh
+- How close each comes to fp32 in perplexity and in greedy text, and what its weights weigh;
+  what compiled int8 on x86 does to prefill and decode tokens per second
 - Why a group size must divide every linear's input width, and how to check that a recipe
   quantized every linear
 
@@ -49,8 +50,9 @@ import matplotlib.pyplot as plt
 import torch
 from torch import nn
 
-from common.charts import pad, use_course_style
+from common.charts import display_width, pad, use_course_style
 from common.coverage import MOVING_KINDS, coverage
+from common.cpu import describe
 from common.expect import expect_error
 from common.kernels import kernels_run, native_stderr_silenced
 from common.language_model import (
@@ -67,7 +69,7 @@ from common.language_model import (
 )
 from common.pt2e import quiet
 from common.results import publish
-from common.timing import timing_threads
+from common.timing import race, timing_threads
 from common.viz import draw
 
 quiet()
@@ -146,7 +148,7 @@ assert len(float_linears(model)) == LINEARS, "29 linears, all float"
 # Step 1 — ``quantize_``: int4 weights in groups, an int8 embedding
 # -----------------------------------------------------------------
 # ExecuTorch's LLM recipe in two ``quantize_`` calls (with torchao's default min/max scales;
-# ``export_llama`` picks them with HQQ, Step 5). ``Int8DynamicActivationIntxWeightConfig``
+# ``export_llama`` picks them with HQQ, Step 6). ``Int8DynamicActivationIntxWeightConfig``
 # with ``weight_dtype=torch.int4`` and ``PerGroup(32)`` (**8da4w**) applies to every
 # ``nn.Linear`` (``quantize_``'s default filter); ``IntxWeightOnlyConfig`` with int8 and
 # ``PerAxis(0)`` (a scale per row, one row per token) applies to the embedding, through a
@@ -322,9 +324,10 @@ assert x86_report.counts()["add"][0] == 8, "x86: the residual add after wo and w
 # ``WINDOW`` tokens at positions 0 … 127, which is all ``perplexity`` calls: one compile. (A
 # greedy sample would call it with two more shapes, the prompt and one token, and compile
 # twice more: the table takes the x86 sample from the uncompiled q/dq graph.) Inductor keeps
-# the compiled code in its cache (``build/inductor_cache`` in the course's build), which the
-# next run reuses. ``kernels_run`` (``common.kernels``) reads, with the profiler, which
-# kernels a prefill runs.
+# the C++ it generates in its cache (``build/inductor_cache`` in the course's build), so the
+# next run skips the C++ compiler; it still traces and lowers the graph again, because inductor
+# does not cache a whole graph that holds frozen constants. ``kernels_run`` (``common.kernels``)
+# reads, with the profiler, which kernels a prefill runs.
 
 held_out = split("held_out")
 window = (held_out[None, :WINDOW], torch.arange(WINDOW))
@@ -356,7 +359,116 @@ assert not ran.float, "no float linear kernel"
 x86_text = generate(x86_model, PROMPT, LENGTH)
 
 # %%
-# Step 4 — Side by side
+# Step 4 — Tokens per second on x86, compiled
+# -------------------------------------------
+# M08-3 times eager fp32, eager 8da4w and the ``.pte`` at a prefill of 64 tokens and a decode
+# step (one token at position 64). Here are the same two shapes for what x86 runs compiled: the
+# fp32 graph ``export_decoder`` gives, and Step 3's ``x86_model``. ``race`` (``common.timing``)
+# compiles a copy of each as Step 3 did (freezing for the process, grad off, at
+# ``timing_threads()``, static shapes), times them in interleaved rounds as ``compare_speed``
+# does, and reads the kernels each ran before and after the rounds. Each shape is a compile of
+# its own: two shapes, two models, four compiles (cached by inductor, as in Step 3).
+
+LABELS = {"fp32": "fp32 compiled", "int8": "int8 x86 compiled"}
+pair = {LABELS["fp32"]: export_decoder(model).module(), LABELS["int8"]: x86_model}
+prompt_64 = held_out[:64][None]
+shapes = {
+    "prefill": (prompt_64, torch.arange(64)),
+    # a copy: a slice of the row keeps its stride (64), and a one-token input of another
+    # stride, as in the check below, would fail dynamo's static guards and compile again
+    "decode": (prompt_64[:, :1].clone(), torch.tensor([64])),
+}
+races = {name: race(pair, args) for name, args in shapes.items()}
+
+# %%
+# Each rate with the 95 % interval of its median in brackets; then how much longer a prefill
+# call takes than a decode call, for 64 times the tokens. Machine-dependent: printed with the
+# CPU, the thread count and the load, never asserted. Each call writes the KV cache at its
+# positions, the prefill slots 0–63 and the decode slot 64: every round rewrites the same slots
+# with the same values, and a decode reads all 128 slots under its mask whatever they hold, so
+# the rounds repeat the same work without resetting the cache.
+
+
+def rate(timing, tokens: int) -> str:
+    """Tokens per second at the median call, and at the ends of the median's 95 % interval."""
+    low, high = tokens * 1e3 / timing.median_high, tokens * 1e3 / timing.median_low
+    return f"{tokens * 1e3 / timing.median:,.0f} ({low:,.0f}–{high:,.0f})"
+
+
+prefills, decodes = races["prefill"], races["decode"]
+width = max(display_width(label) for label in pair)
+columns = pad("prefill tokens/s", 24, align=">"), pad("decode tokens/s", 18, align=">")
+print(f"{pad('', width)}  {columns[0]}  {columns[1]}  prefill / decode time")
+for label in pair:
+    ratio = prefills[label].median / decodes[label].median
+    print(
+        f"{pad(label, width)}  {rate(prefills[label], 64):>24}  {rate(decodes[label], 1):>18}"
+        f"  {ratio:20.1f}×"
+    )
+print(decodes.header())
+
+# %%
+# On a decoder this small a call is mostly fixed costs: 29 linears of 128 or 352 inputs, each a
+# kernel call, and inductor's code between them, which is why a prefill call costs a small
+# multiple of a decode call (the last column) for 64 times the tokens. The int8 model also
+# quantizes each linear's input at every call (dynamic activations: a min and a max, a scale,
+# a pass of rounding), work fp32 does not do; at one token there is little multiplying for int8
+# to save, so compiled int8 need not beat compiled fp32 here, and where it stands at each shape
+# depends on the CPU (the table is this build's).
+#
+# What ran, at both shapes: the int8 model the 29 int8 linears of Step 3 and no float linear;
+# the fp32 model float linears only.
+
+for name, raced in races.items():
+    for label, ran in raced.kernels.items():
+        print(f"{pad(name, 8)} {pad(label, width)}  {ran.summary}")
+    int8_ran, fp32_ran = raced.kernels[LABELS["int8"]], raced.kernels[LABELS["fp32"]]
+    assert int8_ran.int8 == Counter({"onednn::qlinear_pointwise": LINEARS}), f"{name}: 29 int8"
+    assert not int8_ran.float, f"{name}: no float linear in the int8 model"
+    assert not fp32_ran.int8 and sum(fp32_ran.float.values()) == LINEARS, f"{name}: fp32, float"
+
+# %%
+# And what it computed. The compiled int8 model (decode shape) and the uncompiled q/dq graph it
+# came from each read the prompt one token per call, at positions 0, 1, …, as a decode loop
+# does; each call's logits depend on the keys and values the calls before it wrote into the
+# cache. The last step again on a zeroed cache shows how much the cache matters.
+
+
+def decode_steps(m, tokens: torch.Tensor) -> torch.Tensor:
+    """Zero ``m``'s cache, then feed ``tokens`` one per call; the logits of every step."""
+    reset_cache(m)
+    return torch.cat([m(t.view(1, 1), torch.tensor([i])) for i, t in enumerate(tokens)], dim=1)
+
+
+fast, before = decodes.models[LABELS["int8"]], torch.get_num_threads()
+torch.set_num_threads(decodes.threads)  # as it was compiled: another count would recompile
+with torch.no_grad():
+    got, want, fp32_logits = (decode_steps(m, prompt) for m in (fast, x86_model, model))
+    reset_cache(fast)
+    fresh = fast(prompt[-1].view(1, 1), torch.tensor([len(prompt) - 1]))
+torch.set_num_threads(before)
+
+# %%
+# With VNNI oneDNN's int8 sums are exact, and the two differ only where the compiled code rounds
+# an activation to the neighbouring code (it computes each call's scale in its own code): a few
+# hundredths of a logit, asserted below a quarter (int8's own distance from fp32 is printed
+# beside it for scale), and far below what a missing cache write does. Without VNNI oneDNN adds
+# pairs of uint8 × int8 products in 16 bits, which this config's full-range activations can
+# saturate (M04-2): the logits move further. The CPU line under the timings says which case
+# this build is.
+
+differ, same = (got - want).abs().max(), (got.argmax(-1) == want.argmax(-1)).sum()
+print(f"compiled int8 vs q/dq, {len(prompt)} steps: largest logit difference {differ:.3f}")
+print(f"    the greedy choice the same at {same} of {len(prompt)} steps")
+print(f"q/dq vs fp32: largest difference {(want - fp32_logits).abs().max():.3f}")
+print(f"the last step on a zeroed cache: {(fresh - got[:, -1:]).abs().max():.2f} away")
+assert (fresh - got[:, -1:]).abs().max() > 1, "the last step read what the steps before wrote"
+assert torch.equal(got[0, -1].argmax(), want[0, -1].argmax()), "the same next character"
+if describe().vnni:
+    assert differ < 0.25, "with VNNI: int8 sums exact, a rounding apart at most"
+
+# %%
+# Step 5 — Side by side
 # ---------------------
 # Perplexity on the same 20 held-out windows, the greedy text of the same prompt, the bytes of
 # the weights, and the linears left float. The unigram perplexity, predicting each character
@@ -451,7 +563,7 @@ fig.tight_layout()
 plt.show()
 
 # %%
-# Step 5 — The group-size trap
+# Step 6 — The group-size trap
 # ----------------------------
 # A group of 32 weights runs along a row, so 32 must divide every linear's input width
 # (``in_features``). Here it does: 128 and 352. A decoder with a SwiGLU width of 344 is another
@@ -545,6 +657,9 @@ assert w2_bytes > 0.4 * weight_bytes(recipe), "the 4 float w2: nearly half the b
 #   an exported graph. Both quantize every linear of this decoder, with dynamic int8
 #   activations, and stay within a few percent of fp32's perplexity.
 # - Dynamic PT2E still needs one call before ``convert_pt2e``: the weights' observers.
+# - Compiled on x86, the int8 model runs oneDNN's int8 linear at both the prefill and the decode
+#   shape; against compiled fp32, on a decoder this small, its tokens per second depend on
+#   fixed costs per call and on quantizing the activations at every call (Step 4's table).
 # - A group size must divide each linear's ``in_features``. torchao and ExecuTorch's
 #   ``quantize_model_`` raise when it does not; the 8da4w recipe of ``export_llama`` skips such
 #   linears without a word. Count the float linears after any recipe.

@@ -5,15 +5,16 @@ M08-2 三種量化方式
 本課用使用者會遇到的三種方式量化 M08-1 的解碼器：torchao 的 ``quantize_`` 搭配 ExecuTorch 的
 LLM 配方（ **8da4w** ：int8 動態活化值、每 32 個一組的 int4 weight，再加上 int8 的
 embedding）、PT2E 搭配 ``XNNPACKQuantizer`` （動態 int8，通往手機的路），以及 PT2E 搭配
-``X86InductorQuantizer`` （動態 int8）並在 ``torch.compile`` 下執行。評量方式和評量語言模型
-一樣：保留文字上的困惑度、它寫出的文字、weight 的位元組數，以及它留下哪些浮點數運算。本課最後
-是分組 weight 的一個陷阱：group size 除不盡某一層的寬度時，torchao 大聲拒絕，ExecuTorch 的
-配方卻一聲不響地跳過。
+``X86InductorQuantizer`` （動態 int8）並在 ``torch.compile`` 下執行，以每秒 token 數和
+編譯後的 fp32 比較速度。評量方式和評量語言模型一樣：保留文字上的困惑度、它寫出的文字、weight
+的位元組數，以及它留下哪些浮點數運算。本課最後是分組 weight 的一個陷阱：group size 除不盡某
+一層的寬度時，torchao 大聲拒絕，ExecuTorch 的配方卻一聲不響地跳過。
 
 **你會學到**
 
 - 每種配方把 weight 與計算圖變成什麼，又留下哪些浮點數運算
-- 每種配方的困惑度與貪婪解碼的文字離 fp32 多近，以及它的 weight 有多大
+- 每種配方的困惑度與貪婪解碼的文字離 fp32 多近，以及它的 weight 有多大；x86 上編譯後的 int8
+  對 prefill 與 decode 的每秒 token 數有什麼影響
 - 為什麼 group size 必須整除每個 linear 的輸入寬度，以及如何確認配方量化了每一個 linear
 
 **先備知識**：
@@ -48,8 +49,9 @@ import matplotlib.pyplot as plt
 import torch
 from torch import nn
 
-from common.charts import pad, use_course_style
+from common.charts import display_width, pad, use_course_style
 from common.coverage import MOVING_KINDS, coverage
+from common.cpu import describe
 from common.expect import expect_error
 from common.kernels import kernels_run, native_stderr_silenced
 from common.language_model import (
@@ -66,7 +68,7 @@ from common.language_model import (
 )
 from common.pt2e import quiet
 from common.results import publish
-from common.timing import timing_threads
+from common.timing import race, timing_threads
 from common.viz import draw
 
 quiet()
@@ -145,7 +147,7 @@ assert len(float_linears(model)) == LINEARS, "29 個 linear，全是浮點數"
 # 步驟 1 — ``quantize_`` ：分組的 int4 weight，int8 的 embedding
 # --------------------------------------------------------------
 # 用兩次 ``quantize_`` 呼叫做出 ExecuTorch 的 LLM 配方（scale 用 torchao 預設的 min/max 求法；
-# ``export_llama`` 用 HQQ 挑選，見步驟 5）。 ``Int8DynamicActivationIntxWeightConfig``
+# ``export_llama`` 用 HQQ 挑選，見步驟 6）。 ``Int8DynamicActivationIntxWeightConfig``
 # 搭配 ``weight_dtype=torch.int4`` 與 ``PerGroup(32)`` （ **8da4w** ）套用到每個
 # ``nn.Linear`` （ ``quantize_`` 預設的篩選）； ``IntxWeightOnlyConfig`` 搭配 int8 與
 # ``PerAxis(0)`` （每列一個 scale，每個 token 一列）透過 ``filter_fn`` 套用到 embedding。
@@ -316,8 +318,9 @@ assert x86_report.counts()["add"][0] == 8, "x86：wo 與 w2 之後的殘差 add�
 # （M03-3、M05-4）：freezing 設定在整個行程上、關閉 grad、在課程計時所用的執行緒數下編譯。
 # 困惑度只需要一個靜態形狀：在位置 0 … 127 上 prefill ``WINDOW`` 個 token，這就是
 # ``perplexity`` 唯一的呼叫方式，所以只編譯一次。（貪婪解碼會用另外兩個形狀呼叫它，提示詞與
-# 單一 token，還要再編譯兩次：表格裡 x86 的文字取自未編譯的 q/dq 計算圖。）inductor 會把編譯
-# 好的程式碼存進快取（課程建置時位於 ``build/inductor_cache`` ），下一次執行會重複使用。
+# 單一 token，還要再編譯兩次：表格裡 x86 的文字取自未編譯的 q/dq 計算圖。）inductor 會把它產生
+# 的 C++ 存進快取（課程建置時位於 ``build/inductor_cache`` ），下一次執行就不必再呼叫 C++
+# 編譯器；但它仍要重新追蹤計算圖、再下放一次，因為 inductor 不快取含有 freezing 常數的整張圖。
 # ``kernels_run`` （ ``common.kernels`` ）用 profiler 讀出一次 prefill 執行了哪些 kernel。
 
 held_out = split("held_out")
@@ -347,7 +350,111 @@ assert not ran.float, "沒有浮點數 linear kernel"
 x86_text = generate(x86_model, PROMPT, LENGTH)
 
 # %%
-# 步驟 4 — 並排比較
+# 步驟 4 — x86 上編譯後的每秒 token 數
+# ------------------------------------
+# M08-3 在 64 個 token 的 prefill 與一個 decode 步驟（位置 64 的一個 token）上，計時 eager
+# fp32、eager 8da4w 與 ``.pte`` 。這裡用同樣兩個形狀，計時 x86 編譯後執行的兩者：
+# ``export_decoder`` 給的 fp32 計算圖，以及步驟 3 的 ``x86_model`` 。 ``race``
+# （ ``common.timing`` ）照步驟 3 的方式編譯兩者各自的一份副本（freezing 設定在整個行程上、
+# 關閉 grad、在 ``timing_threads()`` 下、靜態形狀），像 ``compare_speed`` 一樣以交錯的輪次
+# 計時，並在計時前後讀出各自執行的 kernel。每個形狀各編譯一次：兩個形狀、兩個模型，共四次編譯
+# （和步驟 3 一樣由 inductor 快取）。
+
+LABELS = {"fp32": "fp32 編譯後", "int8": "int8 x86 編譯後"}
+pair = {LABELS["fp32"]: export_decoder(model).module(), LABELS["int8"]: x86_model}
+prompt_64 = held_out[:64][None]
+shapes = {
+    "prefill": (prompt_64, torch.arange(64)),
+    # 用副本：切片保留那一列的 stride（64），而下面檢查時 stride 不同的單一 token 輸入
+    # 會通不過 dynamo 的靜態 guard，又得重新編譯
+    "decode": (prompt_64[:, :1].clone(), torch.tensor([64])),
+}
+races = {name: race(pair, args) for name, args in shapes.items()}
+
+# %%
+# 每個速度後面的括號是它的中位數的 95 % 信賴區間；最後一欄是一次 prefill 呼叫比一次 decode
+# 呼叫多花幾倍時間，換來 64 倍的 token。結果取決於機器：和 CPU、執行緒數量與負載一起印出，從不
+# assert。每次呼叫都在自己的位置寫入 KV 快取，prefill 寫第 0–63 格，decode 寫第 64 格：每一輪
+# 都用同樣的值重寫同樣的格子，而 decode 在遮罩下讀取全部 128 格，不論裡面是什麼，所以不必重設
+# 快取，每一輪做的都是同樣的工作。
+
+
+def rate(timing, tokens: int) -> str:
+    """中位數呼叫的每秒 token 數，以及中位數 95 % 信賴區間兩端的值。"""
+    low, high = tokens * 1e3 / timing.median_high, tokens * 1e3 / timing.median_low
+    return f"{tokens * 1e3 / timing.median:,.0f} ({low:,.0f}–{high:,.0f})"
+
+
+prefills, decodes = races["prefill"], races["decode"]
+width = max(display_width(label) for label in pair)
+columns = pad("prefill token/秒", 24, align=">"), pad("decode token/秒", 18, align=">")
+print(f"{pad('', width)}  {columns[0]}  {columns[1]}  prefill / decode 時間")
+for label in pair:
+    ratio = prefills[label].median / decodes[label].median
+    print(
+        f"{pad(label, width)}  {rate(prefills[label], 64):>24}  {rate(decodes[label], 1):>18}"
+        f"  {ratio:20.1f}×"
+    )
+print(decodes.header())
+
+# %%
+# 在這麼小的解碼器上，一次呼叫大多是固定成本：29 個輸入寬度為 128 或 352 的 linear，每個都是
+# 一次 kernel 呼叫，再加上它們之間 inductor 產生的程式碼；所以一次 prefill 呼叫只花一次 decode
+# 呼叫的幾倍時間（最後一欄），卻處理 64 倍的 token。int8 模型還在每次呼叫時量化每個 linear 的
+# 輸入（動態活化值：求最小值與最大值、算出 scale、再做一遍捨入），這是 fp32 不必做的工作；只有
+# 一個 token 時，int8 沒有多少乘法可以省，所以編譯後的 int8 在這裡不一定比編譯後的 fp32 快，
+# 它在每個形狀上排第幾取決於 CPU（上表是這次建置的結果）。
+#
+# 兩個形狀上實際執行的 kernel：int8 模型是步驟 3 的 29 個 int8 linear，沒有浮點數 linear；
+# fp32 模型只有浮點數 linear。
+
+for name, raced in races.items():
+    for label, ran in raced.kernels.items():
+        print(f"{pad(name, 8)} {pad(label, width)}  {ran.summary}")
+    int8_ran, fp32_ran = raced.kernels[LABELS["int8"]], raced.kernels[LABELS["fp32"]]
+    assert int8_ran.int8 == Counter({"onednn::qlinear_pointwise": LINEARS}), f"{name}：29 個 int8"
+    assert not int8_ran.float, f"{name}：int8 模型裡沒有浮點數 linear"
+    assert not fp32_ran.int8 and sum(fp32_ran.float.values()) == LINEARS, f"{name}：fp32 全是浮點數"
+
+# %%
+# 再看它算出了什麼。編譯後的 int8 模型（decode 形狀）和它所來自的、未編譯的 q/dq 計算圖，各自
+# 像 decode 迴圈那樣，每次呼叫讀入提示詞的一個 token，位置依序是 0、1、…；每次呼叫的 logits 都
+# 取決於之前的呼叫寫進快取的 key 與 value。最後一步在歸零的快取上再算一次，顯示快取有多重要。
+
+
+def decode_steps(m, tokens: torch.Tensor) -> torch.Tensor:
+    """把 ``m`` 的快取歸零，再每次呼叫餵入 ``tokens`` 的一個；傳回每一步的 logits。"""
+    reset_cache(m)
+    return torch.cat([m(t.view(1, 1), torch.tensor([i])) for i, t in enumerate(tokens)], dim=1)
+
+
+fast, before = decodes.models[LABELS["int8"]], torch.get_num_threads()
+torch.set_num_threads(decodes.threads)  # 和編譯時相同：換一個執行緒數會重新編譯
+with torch.no_grad():
+    got, want, fp32_logits = (decode_steps(m, prompt) for m in (fast, x86_model, model))
+    reset_cache(fast)
+    fresh = fast(prompt[-1].view(1, 1), torch.tensor([len(prompt) - 1]))
+torch.set_num_threads(before)
+
+# %%
+# 有 VNNI 時，oneDNN 的 int8 加總是精確的，兩者只在編譯後的程式碼把某個活化值捨入到相鄰的編碼時
+# 才不同（它用自己的程式碼算出每次呼叫的 scale）：logits 差幾百分之一，assert 的上限是四分之一
+# （旁邊印出 int8 本身與 fp32 的差距，供比較），遠小於漏寫一次快取所造成的差距。沒有 VNNI 時，
+# oneDNN 以 16 位元把兩個 uint8 × int8 乘積相加，這個設定用滿整個範圍的活化值可能讓它飽和
+# （M04-2）：logits 差得更多。計時表格下方的 CPU 那一行說明這次建置屬於哪一種情況。
+
+differ, same = (got - want).abs().max(), (got.argmax(-1) == want.argmax(-1)).sum()
+print(f"編譯後的 int8 與 q/dq，{len(prompt)} 步：logits 最大差距 {differ:.3f}")
+print(f"    貪婪解碼的選擇有 {same} 步相同（共 {len(prompt)} 步）")
+print(f"q/dq 與 fp32：最大差距 {(want - fp32_logits).abs().max():.3f}")
+print(f"最後一步改在歸零的快取上算：差距 {(fresh - got[:, -1:]).abs().max():.2f}")
+assert (fresh - got[:, -1:]).abs().max() > 1, "最後一步讀到了前面各步寫入的內容"
+assert torch.equal(got[0, -1].argmax(), want[0, -1].argmax()), "下一個字元相同"
+if describe().vnni:
+    assert differ < 0.25, "有 VNNI 時：int8 的加總是精確的，最多只差一次捨入"
+
+# %%
+# 步驟 5 — 並排比較
 # -----------------
 # 同樣 20 個保留文字視窗上的困惑度、同一個提示詞的貪婪解碼文字、weight 的位元組數，以及留在
 # 浮點數的 linear。unigram 困惑度只依每個字元的出現頻率預測，是一個完全沒學到上下文的模型的
@@ -441,7 +548,7 @@ fig.tight_layout()
 plt.show()
 
 # %%
-# 步驟 5 — group size 的陷阱
+# 步驟 6 — group size 的陷阱
 # --------------------------
 # 一組 32 個 weight 沿著一列排列，所以 32 必須整除每個 linear 的輸入寬度（ ``in_features`` ）。
 # 這個模型可以：128 與 352。SwiGLU 寬度為 344 的解碼器就不同了： ``w2`` 讀入的寬度是
@@ -533,6 +640,9 @@ assert w2_bytes > 0.4 * weight_bytes(recipe), "4 個浮點數 w2 幾乎占了一
 # - ``quantize_`` 把 eager 模型的 weight 換成 torchao 的子類別；PT2E 改寫匯出的計算圖。兩者都
 #   量化了這個解碼器的每一個 linear，活化值都是動態 int8，困惑度都只比 fp32 高幾個百分點以內。
 # - 動態的 PT2E 在 ``convert_pt2e`` 之前仍需要呼叫一次：為了 weight 的 observer。
+# - 在 x86 上編譯後，int8 模型在 prefill 與 decode 兩種形狀上都執行 oneDNN 的 int8 linear；在
+#   這麼小的解碼器上，它和編譯後的 fp32 比起來每秒 token 數如何，取決於每次呼叫的固定成本，以及
+#   每次呼叫都要量化活化值（步驟 4 的表格）。
 # - group size 必須整除每個 linear 的 ``in_features`` 。不整除時，torchao 與 ExecuTorch 的
 #   ``quantize_model_`` 會引發錯誤； ``export_llama`` 的 8da4w 配方則一聲不響地跳過這些
 #   linear。不論用哪個配方，之後都要數一數還有幾個浮點數 linear。

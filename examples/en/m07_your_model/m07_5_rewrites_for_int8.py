@@ -11,14 +11,16 @@ give XNNPACK a 4-D mean with ``keepdim``, and drop the eval-mode dropout nodes a
 after) and keeps the outputs (asserted); each is then compiled or lowered, and its kernels
 read and timed. More int8 ops are not a faster model: inductor already computes the float
 elementwise work inside the loops it runs anyway, and one rewrite is far slower on images
-laid out the wrong way.
+laid out the wrong way. A sixth gives each step of a GRU its own copy of the cell, whose
+shared weights run float once compiled, and measures what int8 buys on a recurrent model.
 
 **What you will learn**
 
-- Five rewrites that turn float ops int8 under x86 or XNNPACK, and how to check that each
-  keeps the outputs
+- Six rewrites that turn float ops or kernels int8 under x86 or XNNPACK, and how to check
+  that each keeps the outputs
 - How to read, for each, which kernels ran and what the timing says
-- Why more int8 ops need not run faster, and the layout trap of a fused residual add
+- Why more int8 ops need not run faster, the layout trap of a fused residual add, and why a
+  recurrent model gains less from int8 than a conv net
 
 **Prerequisites**: :ref:`M07-1 · what will my quantizer leave in float?
 <sphx_glr_lessons_m07_your_model_m07_1_what_stays_float.py>`, :ref:`M07-4 · the op atlas
@@ -32,15 +34,16 @@ laid out the wrong way.
 # %%
 # Setup
 # -----
-# Three small models with random weights (fixed seeds), each written the way the
-# architecture's own code writes it: a ConvNeXt block, a U-Net's upsampling step and a 1-D
-# keyword spotter; the fourth is ``nn.TransformerEncoderLayer`` itself. ``quantized`` exports,
-# prepares, calibrates on the example batch and converts. ``computing`` keeps a report's ops
-# that compute (not the layout ops: views, permutes, slices), ``float_ops`` counts its float
-# ones. ``verdict`` words what a timing says from the ratio of the two medians and its 95 %
-# interval (``Timings.ratio_interval``, M03-3): the two models ran in the same interleaved
-# rounds, so within this run a ratio whose interval excludes 1 is a difference; the next run
-# may land elsewhere. It is printed, never asserted.
+# Four small models with random weights (fixed seeds), each written the way the
+# architecture's own code writes it: a ConvNeXt block, a U-Net's upsampling step, a 1-D
+# keyword spotter and a GRU; the fifth is ``nn.TransformerEncoderLayer`` itself.
+# ``quantized`` exports, prepares, calibrates on the example batch and converts.
+# ``computing`` keeps a report's ops that compute (not the layout ops: views, permutes,
+# slices), ``float_ops`` counts its float ones. ``verdict`` words what a timing says from
+# the ratio of the two medians and its 95 % interval (``Timings.ratio_interval``, M03-3):
+# the two models ran in the same interleaved rounds, so within this run a ratio whose
+# interval excludes 1 is a difference; the next run may land elsewhere. It is printed, never
+# asserted.
 
 import copy
 import hashlib
@@ -50,6 +53,9 @@ import torch
 from torch import nn
 
 from common.coverage import MOVING_KINDS, coverage
+from common.cpu import describe
+from common.kernels import time_by_kind
+from common.numerics import sqnr
 from common.pt2e import export_module, quiet, x86_quantizer
 from common.timing import compare_speed, race
 from common.viz import draw
@@ -512,6 +518,157 @@ assert sum(with_dropout.float.values()) == 2, "the attention's two linears, floa
 print(verdict(layer_race, WITH_DROPOUT, NO_DROPOUT))
 
 # %%
+# Step 6 — Give each step of a recurrent model its own weights
+# ------------------------------------------------------------
+# A GRU written with ``nn.Linear``, as users write one: a cell computes the reset, update and
+# candidate gates from two linears, one of the step's input and one of the hidden state, and
+# the model calls that one cell at each of its steps, then a linear head. ``GRUPerStep`` is
+# the fix of M07-4's Step 3: the same model with a copy of the cell for each step, so
+# that each linear call reads an int8 weight of its own.
+
+
+class GRUCell(nn.Module):
+    def __init__(self, features=64, width=256):
+        super().__init__()
+        self.x_gates, self.h_gates = nn.Linear(features, 3 * width), nn.Linear(width, 3 * width)
+
+    def forward(self, x, h):
+        xr, xz, xn = self.x_gates(x).chunk(3, -1)
+        hr, hz, hn = self.h_gates(h).chunk(3, -1)
+        r, z = torch.sigmoid(xr + hr), torch.sigmoid(xz + hz)
+        return (1 - z) * torch.tanh(xn + r * hn) + z * h
+
+
+class GRU(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cell, self.head = GRUCell(), nn.Linear(256, 10)
+
+    def forward(self, x, h):  # x: (N, steps, 64), h: (N, 256)
+        for t in range(x.shape[1]):
+            h = self.cell(x[:, t], h)
+        return self.head(h)
+
+
+class GRUPerStep(nn.Module):
+    """``gru`` with a copy of its cell for each of ``steps`` steps."""
+
+    def __init__(self, gru: GRU, steps: int):
+        super().__init__()
+        self.cells = nn.ModuleList(copy.deepcopy(gru.cell) for _ in range(steps))
+        self.head = copy.deepcopy(gru.head)
+
+    def forward(self, x, h):
+        for t, cell in enumerate(self.cells):
+            h = cell(x[:, t], h)
+        return self.head(h)
+
+
+# %%
+# 8 steps over a batch of 128 sequences. The copies hold the same values: the same outputs,
+# exactly.
+
+STEPS = 8
+torch.manual_seed(0)
+gru = GRU().eval()
+sequence = torch.randn(128, STEPS, 64, generator=torch.Generator().manual_seed(1))
+gru_args = (sequence, torch.zeros(128, 256))
+per_step = GRUPerStep(gru, STEPS).eval()
+assert torch.equal(per_step(*gru_args), gru(*gru_args)), "the same cell's values at every step"
+
+# %%
+# One step, converted on its own: x86 makes both linears and the three muls int8 (each
+# multiplies two tensors of one shape) and leaves the adds, the sigmoids and the tanh float.
+# The int8 ops' inputs are quantized: the step's input, the hidden state it receives, and
+# the values the muls multiply. The unrolled model does this at each of its steps.
+
+cell_args = (sequence[:, 0], gru_args[1])
+cell_graph = export_module(gru.cell, cell_args)
+cell_report = coverage(cell_graph, x86_quantizer(), every_op=True)
+show("one step", cell_report)
+cell_ops = {"linear": (2, 2), "mul": (3, 3), "add": (0, 4), "activation": (0, 3)}
+assert computing(cell_report) == cell_ops, "linears and muls int8; adds, sigmoids, tanh float"
+cell_int8 = quantized(cell_graph, cell_args, x86_quantizer())
+quantize = torch.ops.quantized_decomposed.quantize_per_tensor.default
+quantizes = cell_int8.graph.find_nodes(op="call_function", target=quantize)
+print(f"{len(quantizes)} quantize nodes in one step")
+quantized_inputs = {n.args[0].name for n in quantizes if n.args[0].op == "placeholder"}
+assert quantized_inputs == {"x", "h"}, "the step's input and the hidden state, quantized"
+
+# %%
+# Converted, every linear of both int8 models reads its weight through a dequantize node:
+# int8 in the graph. Compiled with freezing and timed (``race``) beside fp32, they run other
+# kernels. As written, only the head, read once, runs int8; the cell's two linears run float
+# (``aten::addmm``) at every step, their weights each read by 8 linears. With a copy per
+# step, every linear runs oneDNN's int8 kernel and none runs float.
+
+GRU_FP32, SHARED, PER_STEP = "fp32", "int8, one cell", "int8, a cell per step"
+gru_models = {
+    GRU_FP32: export_module(gru, gru_args),
+    SHARED: quantized(export_module(gru, gru_args), gru_args, x86_quantizer()),
+    PER_STEP: quantized(export_module(per_step, gru_args), gru_args, x86_quantizer()),
+}
+dequantize_weight = torch.ops.quantized_decomposed.dequantize_per_channel.default
+for label in (SHARED, PER_STEP):
+    linears = gru_models[label].graph.find_nodes(op="call_function", target=aten.linear.default)
+    assert {n.args[1].target for n in linears} == {dequantize_weight}, f"{label}: int8 linears"
+gru_race = race(gru_models, gru_args, rounds=60)
+print(gru_race.table())
+ran_one, ran_per_step = gru_race.kernels[SHARED], gru_race.kernels[PER_STEP]
+assert ran_one.int8 == {linear: 1}, "the head alone runs int8"
+assert ran_one.float == {"aten::addmm": 2 * STEPS}, "the cell's linears, float at every step"
+assert ran_per_step.int8 == {linear: 2 * STEPS + 1} and not ran_per_step.float, "all int8"
+
+# %%
+# Against fp32, the rewritten model run as a q/dq graph (uncompiled) stays above 30 dB SQNR
+# (M01-1's bound: an error norm under 3 % of the output's). With VNNI, so do both compiled
+# models. Without it, oneDNN's int8 linears add pairs of uint8 × int8 products in 16 bits,
+# which can saturate, and the compiled models can fall far below (M04-2 measures it, and
+# fixes it with ``reduce_range``); the CPU line of the table says which case this page was
+# built on. Then the verdicts: fp32 against each int8 model, in the same rounds.
+
+threads_before = torch.get_num_threads()
+torch.set_num_threads(gru_race.threads)  # as they were compiled, or they recompile (race)
+with torch.no_grad():
+    gru_float = gru(*gru_args)
+    gru_sqnr = {"q/dq": sqnr(gru_float, gru_models[PER_STEP](*gru_args)).item()}
+    gru_sqnr |= {
+        k: sqnr(gru_float, gru_race.models[k](*gru_args)).item() for k in (SHARED, PER_STEP)
+    }
+    split = {label: time_by_kind(model, gru_args) for label, model in gru_race.models.items()}
+torch.set_num_threads(threads_before)
+print("; ".join(f"{label}: {db:.1f} dB" for label, db in gru_sqnr.items()))
+assert gru_sqnr["q/dq"] > 30, "the q/dq model above 30 dB"
+if describe().vnni:
+    assert min(gru_sqnr.values()) > 30, "with VNNI, the compiled int8 models above 30 dB too"
+print(verdict(gru_race, GRU_FP32, SHARED))
+print(verdict(gru_race, GRU_FP32, PER_STEP))
+
+# %%
+# Where a call's time goes (``time_by_kind``, M03-3: the profiler splits a call into its int8
+# kernels, its float ones and the rest), printed, never asserted:
+
+for label, parts in split.items():
+    print(f"{label}: " + ", ".join(f"{kind} {ms:.2f} ms" for kind, ms in parts.items()))
+fp32_split, int8_split = split[GRU_FP32], split[PER_STEP]
+print(
+    f"the linears alone: {fp32_split['float'] / int8_split['int8']:.2f}× faster in int8; "
+    f"the rest: {fp32_split['other']:.2f} ms in fp32, {int8_split['other']:.2f} ms in int8"
+)
+
+# %%
+# What bounds int8's gain on a recurrent model: the int8 kernels speed up the linears, and the
+# linears are only part of a step, where a conv net's convs are most of its time (M03-3). Each
+# step's two are small matrix products (128 rows by a 64×768 and a 256×768 weight); the rest
+# of the step, counted in the ``other`` figure above, is the gates' adds, sigmoids and tanh,
+# which stay float, and the quantize and dequantize of the step's input, its hidden state and
+# the muls' inputs, which only the int8 models compute (inductor runs both in the loops it
+# generates). Int8 kernels do nothing for that part, and the quantize work is extra work in
+# it: the whole model gains less than its linears alone (compare their ratio with the second
+# verdict). As written, the int8 model keeps its float linears and still quantizes: the first
+# verdict says whether that made it slower than fp32 on this machine.
+
+# %%
 # Summary
 # -------
 # ================================  ==========================  ==============================
@@ -522,17 +679,20 @@ print(verdict(layer_race, WITH_DROPOUT, NO_DROPOUT))
 # ConvTranspose2d → 1×1 + shuffle   conv 2/3 → 3/3              no float conv kernel left
 # 4-D keepdim mean (XNNPACK)        mean float → int8           no portable kernel left
 # drop eval-mode dropout (x86)      add 0/2 → 1/2               the same kernels, same outputs
+# a GRU cell per step (x86)         linears int8 in both        addmm ×16 → qlinear ×17
 # ================================  ==========================  ==============================
 #
-# Each rewrite keeps the outputs and makes more ops int8 in the quantizer's report. What
-# that buys is what the timings above measured on this machine, for reasons the kernel lines
-# show: the float ``mul`` and ``add`` were no kernels of their own, inductor computed them
-# in loops it runs anyway; the transposed conv was one small float kernel, traded for a
-# quantize and a float ``pixel_shuffle``; the mean is a sliver of the spotter's work; the
-# dropout rewrite changed no kernel at all. Rewrite for int8 where the op it makes int8 is
-# heavy (a transposed conv on a large map, a mean XNNPACK would otherwise leave its delegate
-# for), time it, and check the layout a fused kernel receives: a fused add fed a transposed
-# residual runs oneDNN's reference code.
+# Each rewrite keeps the outputs; the first five make more ops int8 in the quantizer's report,
+# the sixth more kernels int8 once compiled. What that buys is what the timings above measured
+# on this machine, for reasons the kernel lines show: the float ``mul`` and ``add`` were no
+# kernels of their own, inductor computed them in loops it runs anyway; the transposed conv
+# was one small float kernel, traded for a quantize and a float ``pixel_shuffle``; the mean is
+# a sliver of the spotter's work; the dropout rewrite changed no kernel at all. The GRU's
+# copies left every linear int8 in the graph, as before, and changed which kernels ran: its
+# linears run int8, and around them run the gates and the quantize work, which int8 does not
+# speed up. Rewrite for int8 where the op it makes int8 is heavy (a transposed conv on a large
+# map, a mean XNNPACK would otherwise leave its delegate for), time it, and check the layout a
+# fused kernel receives: a fused add fed a transposed residual runs oneDNN's reference code.
 #
 # Exercises
 # ---------

@@ -136,7 +136,9 @@ assert op_counts(convert_pt2e(prepared))["quantize_per_tensor.default"] >= 2, (
 # A reused ``nn.Linear`` is reported under this heading too (pytorch/ao#4478), but on torchao
 # 0.18 it prepares and converts, and both calls of the one ``fc`` read int8 input (asserted
 # below). Compiled, a weight read by two linears has its own catch: M07-4's
-# "linear · weight shared" row.
+# "linear · weight shared" row. Step 6 of :ref:`M07-5 · rewrites that buy more int8
+# <sphx_glr_lessons_m07_your_model_m07_5_rewrites_for_int8.py>` gives a GRU's cell a copy per
+# step, so that every linear runs int8, and times what that buys on a recurrent model.
 
 
 class ReusedLinear(nn.Module):

@@ -11,12 +11,16 @@ dropout node。每一個改寫都讓更多運算
 成為 int8（改寫前後都以 assert 檢查），輸出也保持不變（同樣 assert）；接著編譯或下放、
 讀出執行的 kernel 並計時。int8 的運算變多，不等於模型變快：inductor 本來就在它無論如何都要
 執行的迴圈裡算掉浮點數的逐元素運算；而其中一個改寫，遇上記憶體配置不對的影像，會慢上許多。
+第六個改寫讓 GRU 的每個步驟各有一份 cell 的副本（共用的 weight 編譯後以浮點數執行），並量測
+int8 在遞迴模型上能換來多少。
 
 **你會學到**
 
-- 五個讓浮點數運算在 x86 或 XNNPACK 下變成 int8 的改寫，以及怎麼確認每個改寫都不改變輸出
+- 六個讓浮點數運算或 kernel 在 x86 或 XNNPACK 下變成 int8 的改寫，以及怎麼確認每個改寫都不
+  改變輸出
 - 怎麼讀出每個改寫實際執行了哪些 kernel，以及計時結果說了什麼
-- 為什麼 int8 運算變多不一定跑得更快，以及融合殘差 add 的記憶體配置陷阱
+- 為什麼 int8 運算變多不一定跑得更快、融合殘差 add 的記憶體配置陷阱，以及為什麼遞迴模型從
+  int8 得到的好處比 conv 網路少
 
 **先備知識**： :ref:`M07-1 · 我的 quantizer 會把什麼留在浮點數？
 <sphx_glr_lessons_m07_your_model_m07_1_what_stays_float.py>`、 :ref:`M07-4 · 運算圖鑑
@@ -30,8 +34,8 @@ dropout node。每一個改寫都讓更多運算
 # %%
 # 準備
 # ----
-# 三個使用隨機 weight（固定種子）的小模型，各自照該架構自己的程式碼寫法寫成：一個 ConvNeXt
-# block、一個 U-Net 的上取樣步驟、一個 1-D 關鍵字偵測模型；第四個就是
+# 四個使用隨機 weight（固定種子）的小模型，各自照該架構自己的程式碼寫法寫成：一個 ConvNeXt
+# block、一個 U-Net 的上取樣步驟、一個 1-D 關鍵字偵測模型與一個 GRU；第五個就是
 # ``nn.TransformerEncoderLayer`` 本身。 ``quantized`` 匯出、prepare、用範例批次校準，再
 # convert。 ``computing`` 只留下報告裡會做計算的運算（不含 view、permute、slice 這類只搬動
 # 值的運算）， ``float_ops`` 數其中的浮點數運算。 ``verdict`` 依兩個中位數的比值與它的 95 %
@@ -47,6 +51,9 @@ import torch
 from torch import nn
 
 from common.coverage import MOVING_KINDS, coverage
+from common.cpu import describe
+from common.kernels import time_by_kind
+from common.numerics import sqnr
 from common.pt2e import export_module, quiet, x86_quantizer
 from common.timing import compare_speed, race
 from common.viz import draw
@@ -504,6 +511,151 @@ assert sum(with_dropout.float.values()) == 2, "attention 的兩個 linear 是浮
 print(verdict(layer_race, WITH_DROPOUT, NO_DROPOUT))
 
 # %%
+# 步驟 6 — 讓遞迴模型的每個步驟各有自己的 weight
+# ----------------------------------------------
+# 一個用 ``nn.Linear`` 寫成的 GRU，照使用者平常的寫法：一個 cell 用兩個 linear 算出 reset、
+# update 與 candidate 三個 gate，一個 linear 讀步驟的輸入，另一個讀隱藏狀態；模型在每個
+# 步驟呼叫同一個 cell，最後接一個 linear head。 ``GRUPerStep`` 是 M07-4 步驟 3 的解法：同一個
+# 模型，但每個步驟各有一份 cell 的副本，於是每次 linear 呼叫都讀自己的 int8 weight。
+
+
+class GRUCell(nn.Module):
+    def __init__(self, features=64, width=256):
+        super().__init__()
+        self.x_gates, self.h_gates = nn.Linear(features, 3 * width), nn.Linear(width, 3 * width)
+
+    def forward(self, x, h):
+        xr, xz, xn = self.x_gates(x).chunk(3, -1)
+        hr, hz, hn = self.h_gates(h).chunk(3, -1)
+        r, z = torch.sigmoid(xr + hr), torch.sigmoid(xz + hz)
+        return (1 - z) * torch.tanh(xn + r * hn) + z * h
+
+
+class GRU(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cell, self.head = GRUCell(), nn.Linear(256, 10)
+
+    def forward(self, x, h):  # x：(N, 步驟數, 64)，h：(N, 256)
+        for t in range(x.shape[1]):
+            h = self.cell(x[:, t], h)
+        return self.head(h)
+
+
+class GRUPerStep(nn.Module):
+    """``gru`` 的每個步驟（共 ``steps`` 個）各有一份 cell 的副本。"""
+
+    def __init__(self, gru: GRU, steps: int):
+        super().__init__()
+        self.cells = nn.ModuleList(copy.deepcopy(gru.cell) for _ in range(steps))
+        self.head = copy.deepcopy(gru.head)
+
+    def forward(self, x, h):
+        for t, cell in enumerate(self.cells):
+            h = cell(x[:, t], h)
+        return self.head(h)
+
+
+# %%
+# 8 個步驟，一個批次 128 個序列。副本的數值都相同：輸出也完全相同。
+
+STEPS = 8
+torch.manual_seed(0)
+gru = GRU().eval()
+sequence = torch.randn(128, STEPS, 64, generator=torch.Generator().manual_seed(1))
+gru_args = (sequence, torch.zeros(128, 256))
+per_step = GRUPerStep(gru, STEPS).eval()
+assert torch.equal(per_step(*gru_args), gru(*gru_args)), "每個步驟都是同一個 cell 的數值"
+
+# %%
+# 單獨 convert 一個步驟：x86 把兩個 linear 與三個 mul 都量化成 int8（每個 mul 都是兩個同形狀
+# 張量相乘），add、sigmoid 與 tanh 則留在浮點數。int8 運算的輸入都要先 quantize：步驟的
+# 輸入、它收到的隱藏狀態，以及 mul 相乘的值。展開後的模型在每個步驟都這樣做一次。
+
+cell_args = (sequence[:, 0], gru_args[1])
+cell_graph = export_module(gru.cell, cell_args)
+cell_report = coverage(cell_graph, x86_quantizer(), every_op=True)
+show("單一步驟", cell_report)
+cell_ops = {"linear": (2, 2), "mul": (3, 3), "add": (0, 4), "activation": (0, 3)}
+assert computing(cell_report) == cell_ops, "linear 與 mul 是 int8；add、sigmoid、tanh 是浮點數"
+cell_int8 = quantized(cell_graph, cell_args, x86_quantizer())
+quantize = torch.ops.quantized_decomposed.quantize_per_tensor.default
+quantizes = cell_int8.graph.find_nodes(op="call_function", target=quantize)
+print(f"單一步驟有 {len(quantizes)} 個 quantize node")
+quantized_inputs = {n.args[0].name for n in quantizes if n.args[0].op == "placeholder"}
+assert quantized_inputs == {"x", "h"}, "步驟的輸入與隱藏狀態都經過 quantize"
+
+# %%
+# convert 之後，兩個 int8 模型的每個 linear 都經由一個 dequantize node 讀取 weight：在圖裡
+# 都是 int8。以 freezing 編譯、與 fp32 一起計時（ ``race`` ），它們執行的 kernel 卻不同。
+# 照原本的寫法，只有讀取一次的 head 以 int8 執行；cell 的兩個 linear 在每個步驟都以浮點數
+# 執行（ ``aten::addmm`` ），因為它們的 weight 各被 8 個 linear 讀取。每個步驟一份副本時，
+# 每個 linear 都執行 oneDNN 的 int8 kernel，沒有一個以浮點數執行。
+
+GRU_FP32, SHARED, PER_STEP = "fp32", "int8，一個 cell", "int8，每步一個 cell"
+gru_models = {
+    GRU_FP32: export_module(gru, gru_args),
+    SHARED: quantized(export_module(gru, gru_args), gru_args, x86_quantizer()),
+    PER_STEP: quantized(export_module(per_step, gru_args), gru_args, x86_quantizer()),
+}
+dequantize_weight = torch.ops.quantized_decomposed.dequantize_per_channel.default
+for label in (SHARED, PER_STEP):
+    linears = gru_models[label].graph.find_nodes(op="call_function", target=aten.linear.default)
+    assert {n.args[1].target for n in linears} == {dequantize_weight}, f"{label}：linear 都是 int8"
+gru_race = race(gru_models, gru_args, rounds=60)
+print(gru_race.table())
+ran_one, ran_per_step = gru_race.kernels[SHARED], gru_race.kernels[PER_STEP]
+assert ran_one.int8 == {linear: 1}, "只有 head 以 int8 執行"
+assert ran_one.float == {"aten::addmm": 2 * STEPS}, "cell 的 linear 在每個步驟都是浮點數"
+assert ran_per_step.int8 == {linear: 2 * STEPS + 1} and not ran_per_step.float, "全部是 int8"
+
+# %%
+# 與 fp32 相比，改寫後的模型以 q/dq 圖執行（不編譯）時，SQNR 高於 30 dB（M01-1 的界線：誤差
+# 的範數不到輸出的 3 %）。有 VNNI 時，兩個編譯後的模型也一樣。沒有 VNNI 時，oneDNN 的 int8
+# linear 以 16 位元累加成對的 uint8 × int8 乘積，可能飽和，編譯後的模型就可能遠低於這條線
+# （M04-2 量測了這件事，並用 ``reduce_range`` 解決）；表格的 CPU 那一行說明這一頁是在哪一種
+# 情況下建置的。接著是判定：fp32 與每個 int8 模型的比較，在同樣的輪次裡量測。
+
+threads_before = torch.get_num_threads()
+torch.set_num_threads(gru_race.threads)  # 與編譯時相同，否則會重新編譯（見 race 的說明）
+with torch.no_grad():
+    gru_float = gru(*gru_args)
+    gru_sqnr = {"q/dq": sqnr(gru_float, gru_models[PER_STEP](*gru_args)).item()}
+    gru_sqnr |= {
+        k: sqnr(gru_float, gru_race.models[k](*gru_args)).item() for k in (SHARED, PER_STEP)
+    }
+    split = {label: time_by_kind(model, gru_args) for label, model in gru_race.models.items()}
+torch.set_num_threads(threads_before)
+print("；".join(f"{label}：{db:.1f} dB" for label, db in gru_sqnr.items()))
+assert gru_sqnr["q/dq"] > 30, "q/dq 模型高於 30 dB"
+if describe().vnni:
+    assert min(gru_sqnr.values()) > 30, "有 VNNI 時，編譯後的 int8 模型也高於 30 dB"
+print(verdict(gru_race, GRU_FP32, SHARED))
+print(verdict(gru_race, GRU_FP32, PER_STEP))
+
+# %%
+# 一次呼叫的時間花在哪裡（ ``time_by_kind`` ，M03-3：profiler 把一次呼叫分成 int8 kernel、
+# 浮點數 kernel 與其餘部分），只印出來，從不 assert：
+
+for label, parts in split.items():
+    print(f"{label}：" + "，".join(f"{kind} {ms:.2f} ms" for kind, ms in parts.items()))
+fp32_split, int8_split = split[GRU_FP32], split[PER_STEP]
+print(
+    f"只看 linear：int8 快 {fp32_split['float'] / int8_split['int8']:.2f} 倍；其餘部分："
+    f"fp32 {fp32_split['other']:.2f} ms，int8 {int8_split['other']:.2f} ms"
+)
+
+# %%
+# int8 在遞迴模型上能換來多少，受什麼限制：int8 kernel 加快的是 linear，而 linear 只是一個
+# 步驟的一部分；conv 網路的時間則大多花在 conv 上（M03-3）。每個步驟的兩個 linear 都是小小的
+# 矩陣乘積（128 列分別乘上 64×768 與 256×768 的 weight）；步驟的其餘部分（算在上面的
+# ``other`` 裡）是 gate 的 add、sigmoid 與 tanh（留在浮點數），以及步驟輸入、隱藏狀態與 mul
+# 輸入的 quantize 和 dequantize（只有 int8 模型要算）；這兩者 inductor 都在它產生的迴圈裡
+# 執行。int8 kernel 對這部分毫無幫助，quantize 還在其中多加了工作：整個模型的加速比只看
+# linear 時少（把 linear 的倍數和第二個判定比一比）。照原本的寫法，int8 模型保留了浮點數的
+# linear，卻仍然要 quantize：第一個判定說明這在這台機器上是否讓它比 fp32 慢。
+
+# %%
 # 小結
 # ----
 # ===============================  =============================  ==========================
@@ -514,16 +666,19 @@ print(verdict(layer_race, WITH_DROPOUT, NO_DROPOUT))
 # ConvTranspose2d → 1×1 + shuffle  conv 2/3 → 3/3                 不再有浮點數的 conv kernel
 # 4-D keepdim mean（XNNPACK）      mean 浮點數 → int8             不再有 portable kernel
 # 拿掉 eval 模式的 dropout（x86）  add 0/2 → 1/2                  相同的 kernel、相同的輸出
+# 每步一份 GRU cell（x86）         兩者的 linear 都是 int8        addmm ×16 → qlinear ×17
 # ===============================  =============================  ==========================
 #
-# 每一個改寫都保持輸出不變，並讓 quantizer 報告裡的 int8 運算變多。這換來了什麼，就是上面
-# 這台機器量到的計時結果，而原因 kernel 那幾行都看得到：浮點數的 ``mul`` 與 ``add`` 本來就
-# 不是獨立的 kernel，inductor 在它反正要跑的迴圈裡就算掉了；轉置 conv 只是一個小小的浮點數
-# kernel，換來的是一個 quantize 和一個浮點數的 ``pixel_shuffle`` ；mean 只占關鍵字偵測模型
-# 的一小部分工作；拿掉 dropout 的改寫則沒有改變任何 kernel。只有當改寫後變成 int8 的那個
-# 運算本身很吃重時，才值得為 int8 改寫（大特徵圖上的轉置 conv；若不改寫，就得離開 XNNPACK
-# delegate 去執行的 mean）；改寫之後要計時，並檢查融合 kernel 收到的記憶體配置：融合的 add
-# 若收到轉置過的殘差，oneDNN 會用它的參考實作執行。
+# 每一個改寫都保持輸出不變；前五個讓 quantizer 報告裡的 int8 運算變多，第六個讓編譯後的 int8
+# kernel 變多。這換來了什麼，就是上面這台機器量到的計時結果，而原因 kernel 那幾行都看得到：
+# 浮點數的 ``mul`` 與 ``add`` 本來就不是獨立的 kernel，inductor 在它反正要跑的迴圈裡就算掉
+# 了；轉置 conv 只是一個小小的浮點數 kernel，換來的是一個 quantize 和一個浮點數的
+# ``pixel_shuffle`` ；mean 只占關鍵字偵測模型的一小部分工作；拿掉 dropout 的改寫則沒有改變
+# 任何 kernel。GRU 的副本讓圖裡的每個 linear 一如以往都是 int8，改變的是執行的 kernel：它的
+# linear 以 int8 執行，周圍則是 gate 與 quantize 的工作，而 int8 加快不了這些。只有當改寫後
+# 變成 int8 的那個運算本身很吃重時，才值得為 int8 改寫（大特徵圖上的轉置 conv；若不改寫，
+# 就得離開 XNNPACK delegate 去執行的 mean）；改寫之後要計時，並檢查融合 kernel 收到的記憶體
+# 配置：融合的 add 若收到轉置過的殘差，oneDNN 會用它的參考實作執行。
 #
 # 練習
 # ----

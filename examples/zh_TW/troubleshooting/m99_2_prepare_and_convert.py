@@ -132,7 +132,9 @@ assert op_counts(convert_pt2e(prepared))["quantize_per_tensor.default"] >= 2, "�
 # 重複使用的 ``nn.Linear`` 也有人用這個標題回報（pytorch/ao#4478），但在 torchao 0.18 上它能
 # prepare 也能 convert，同一個 ``fc`` 的兩次呼叫都讀 int8 的輸入（下面以 ``assert`` 確認）。
 # 編譯之後，被兩個 linear 讀取的 weight 另有一個陷阱：見 M07-4 的「linear · weight shared」
-# 那一列。
+# 那一列。 :ref:`M07-5 · 換來更多 int8 的改寫
+# <sphx_glr_lessons_m07_your_model_m07_5_rewrites_for_int8.py>` 的步驟 6 讓 GRU 的 cell 每個
+# 步驟各有一份副本，使每個 linear 都以 int8 執行，並量測這在遞迴模型上換來多少。
 
 
 class ReusedLinear(nn.Module):

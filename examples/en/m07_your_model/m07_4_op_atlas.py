@@ -8,7 +8,7 @@ sub, mul, div, cat, max_pool2d, avg_pool2d, adaptive_avg_pool2d, mean, sum, relu
 leaky_relu, gelu, silu, mish, hardswish, hardsigmoid, sigmoid, tanh, softmax, clamp,
 layer_norm, group_norm, an RMSNorm as Llama writes it, batch_norm, upsample_nearest2d,
 upsample_bilinear2d, pixel_shuffle, pad, flatten, reshape, permute, transpose, slice, split,
-dropout, lstm, gru, a KV cache's index_copy_), each placed where real models put it, goes
+dropout, lstm, gru, a KV cache's ``index_copy_``), each placed where real models put it, goes
 through every quantizer that runs here and then to what runs it: a oneDNN kernel or inductor's
 loop on x86, an XNNPACK delegate or ExecuTorch's portable kernels, the precision OpenVINO's CPU
 plugin executes. Every cell of the table is read from what ran, and checked against rules the

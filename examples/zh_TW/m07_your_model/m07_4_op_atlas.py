@@ -8,7 +8,7 @@ mul、div、cat、max_pool2d、avg_pool2d、adaptive_avg_pool2d、mean、sum、r
 leaky_relu、gelu、silu、mish、hardswish、hardsigmoid、sigmoid、tanh、softmax、clamp、
 layer_norm、group_norm、照 Llama 寫法展開的 RMSNorm、batch_norm、upsample_nearest2d、
 upsample_bilinear2d、pixel_shuffle、pad、flatten、reshape、permute、transpose、slice、split、
-dropout、lstm、gru、KV 快取的 index_copy_），各自放在真實模型擺放它的位置，交給這台機器
+dropout、lstm、gru、KV 快取的 ``index_copy_`` ），各自放在真實模型擺放它的位置，交給這台機器
 上跑得動的每個 quantizer，再追到實際執行它的地方：x86 上的 oneDNN kernel 或 inductor 的迴圈、
 XNNPACK delegate 或 ExecuTorch 的 portable kernel、OpenVINO CPU 外掛實際執行的精度。表中
 每一項都讀自實際的執行，並對照本頁寫明的規則檢查；新版本改變了某個運算的命運，這一頁就會

@@ -31,9 +31,13 @@ def main() -> None:
             inputs=figures["inputs"],
             pictures=False,
         )
-    namespace = runpy.run_path(path, run_name="__main__")
-    for number, code in enumerate(solutions, 1):
-        exec(compile(code, f"{path} (solution {number})", "exec"), namespace)
+    try:
+        namespace = runpy.run_path(path, run_name="__main__")
+        for number, code in enumerate(solutions, 1):
+            exec(compile(code, f"{path} (solution {number})", "exec"), namespace)
+    finally:
+        if measured and measured[0]:
+            lesson.stop()  # closes the turns' lock files start opened
     if capped_at:
         from common.cpu import describe
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from common.digest import digest
 from common.lesson import running
-from common.turns import waiting
+from common.turns import let_a_timing_in, waiting
 
 __all__ = ["CHECKOUT", "ROOT", "cache_folder", "cached", "cached_path", "measured_once"]
 
@@ -71,6 +71,7 @@ def _locked(path: Path):
     from filelock import FileLock, Timeout  # torch needs it: installed with the course
 
     path.parent.mkdir(parents=True, exist_ok=True)
+    let_a_timing_in()  # a point where the build may pause for the other build's timing
     lock = FileLock(f"{path}.lock")
     try:
         lock.acquire(timeout=0)

@@ -22,6 +22,7 @@ __all__ = [
     "alone",
     "join",
     "leave",
+    "let_a_timing_in",
     "pause_between_lessons",
     "subprocess_environment",
     "waiting",
@@ -186,6 +187,28 @@ def join(folder: Path | None) -> None:
     _joined = Path(folder) if folder is not None else None
     pause_between_lessons()
     working()
+
+
+def let_a_timing_in() -> None:
+    """Pause here while a timing of the other build runs, if one is waiting for its turn.
+
+    A computing process pauses by itself only between lessons and while it waits; a cold
+    lesson can compute for minutes, and a timing waiting for it keeps its own build idle
+    meanwhile (one core of two). The build calls this after every cell (docs/course_gallery.py)
+    and before every cache entry it makes or reads (``common.cache``): a timing waits for the
+    next one, seconds, not for the end of the other build's lesson. Nothing for a reader.
+    """
+    files = _files()
+    if files is None or not files.shared:
+        return
+    try:
+        fcntl.flock(files.turn, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:  # a timing holds the turnstile: it is waiting, or timing
+        fcntl.flock(files.main, fcntl.LOCK_UN)
+        files.shared = False
+        _take_shared(files)  # after it
+        return
+    fcntl.flock(files.turn, fcntl.LOCK_UN)
 
 
 def pause_between_lessons() -> None:

@@ -172,7 +172,9 @@ def scraper(block, block_vars, gallery_conf) -> str:
         str: reST with one inline picture per ``draw`` call of the cell ("" when none).
     """
     from common.lesson import take_pictures
+    from common.turns import let_a_timing_in
 
+    let_a_timing_in()  # between two cells, a timing of the other build may run
     check_chart_glyphs()
     rst = ""
     for svg, alt, focus in take_pictures():

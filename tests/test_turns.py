@@ -1,6 +1,7 @@
 """The build's CPU turns (common.turns): a timing of one language's build waits for the other
 build's lesson, and a build waiting for a figure a timing makes lets it run."""
 
+import json
 import os
 import subprocess
 import sys
@@ -80,3 +81,32 @@ def test_a_build_waiting_for_a_figure_a_timing_makes_lets_it_run(tmp_path, stopp
     assert child.wait(timeout=30) == 0
     assert waited < 5, f"the timing waited {waited:.0f} s for a build that waited for it"
     assert float(figure) == waited, "the other build read the figure measured"
+
+
+def test_a_timing_waits_for_the_other_builds_next_cell_not_its_whole_lesson(tmp_path, stopped):
+    """A long lesson of the other build stops for a waiting timing at its next pause point
+    (``let_a_timing_in``: after each cell, before each cache entry) and stays stopped while
+    it runs; a reader's call does nothing."""
+    turns.let_a_timing_in()  # no build: returns at once
+    child = other_build(
+        tmp_path,
+        "import json\nfrom common import turns\n"
+        "beats, end = [], time.time() + 6\n"
+        "while time.time() < end:\n"
+        "    turns.let_a_timing_in()\n"
+        "    beats.append(time.time())\n"
+        "    time.sleep(0.05)\n"
+        "print(json.dumps(beats), flush=True)\n",
+    )
+    lesson.start(lang="en", name="m03_3", measured=tmp_path)
+    started = time.monotonic()
+    with turns.alone():
+        waited = time.monotonic() - started
+        began = time.time()
+        time.sleep(1.0)
+        ended = time.time()
+    beats = json.loads(child.stdout.readline())
+    assert child.wait(timeout=30) == 0
+    assert waited < 2, f"the timing waited {waited:.1f} s, as for the end of the lesson"
+    assert not [beat for beat in beats if began < beat < ended], "the other build computed"
+    assert beats[-1] > ended, "and went on after it"

@@ -15,6 +15,7 @@
 - ``graph``: one vocabulary for reading PT2E graphs: op names, Q/DQ, the walks a reader needs.
 - ``handmade``: ``prepare`` and ``convert`` written by hand, bit-exact with torchao's.
 - ``kernels``: ``kernels_run`` and ``time_by_kind``: the compute kernels a model really ran.
+- ``language_model``: M08's character decoder with a KV cache, its text, training, perplexity.
 - ``lesson``: the running lesson: its language, where its figures and pictures go while the
   site is built.
 - ``lowering``: x86 lowering written by hand (``lower``), bit-exact with torchao's.
@@ -28,7 +29,8 @@
 - ``results``: the figures a lesson publishes for the landing page while the site is built.
 - ``runtime``: what a ``.pte`` does when it runs: ``operators_run``, ``load_check``.
 - ``timing``: ``compare_speed`` and ``race``, timings that hold on a small shared machine.
-- ``turns``: while the site is built, a timing runs alone (``alone``, ``working``, ``waiting``).
+- ``turns``: while the site is built, a timing runs alone (``alone``, ``working``, ``waiting``,
+  ``let_a_timing_in``).
 - ``vision_models``: torchvision's architectures rewritten (torchvision does not import here).
 - ``viz``: ``draw`` and ``draw_diff``, torch.fx graphs as Graphviz pictures.
 

@@ -25,6 +25,7 @@ __all__ = [
     "Race",
     "Timing",
     "Timings",
+    "as_compiled",
     "compare_speed",
     "median_interval",
     "race",
@@ -72,6 +73,17 @@ class Timing:
     def spread(self) -> float:
         """(high - low) / median: 0.1 means the middle 80 % of calls lie within 10 %."""
         return (self.high - self.low) / self.median if self.median else 0.0
+
+    def rate(self, per_call: int) -> str:
+        """How many items (tokens, images) per second a call of ``per_call`` items gives, at
+        the median call, then at the ends of the median's 95 % interval.
+
+        >>> call = Timing(median=2.0, low=1.5, high=3.0, rounds=30, median_low=1.6, median_high=2.5)
+        >>> call.rate(64)
+        '32,000 (25,600–40,000)'
+        """
+        low, high = per_call * 1e3 / self.median_high, per_call * 1e3 / self.median_low
+        return f"{per_call * 1e3 / self.median:,.0f} ({low:,.0f}–{high:,.0f})"
 
 
 def median_interval(values: list) -> tuple[float, float]:
@@ -199,6 +211,21 @@ def _threads(count: int):
         yield
     finally:
         torch.set_num_threads(before)
+
+
+@contextlib.contextmanager
+def as_compiled(threads: int):
+    """Run the block at ``threads`` threads with grad off, as ``race`` compiles; the
+    caller's thread count and grad mode come back after it.
+
+    Dynamo guards a compiled model on both: called at another thread count, or with grad on,
+    it recompiles, silently (seconds for a small model, minutes for a long unrolled graph),
+    and the kernels read from it before describe code that no longer runs. Call a race's
+    models inside ``as_compiled(race.threads)``, and compile your own inside
+    ``as_compiled(timing_threads())`` to time them beside a race's.
+    """
+    with _threads(threads), torch.no_grad():
+        yield
 
 
 @contextlib.contextmanager
@@ -440,8 +467,7 @@ def race(
         (``GLOBAL_STATE changed: num_threads``, ``grad_mode``), so calling one of them at
         another thread count or with grad on recompiles it, silently, and ``.kernels`` no
         longer describes what runs. That takes seconds for a small model and minutes for a
-        long unrolled graph. Call them inside ``torch.set_num_threads(race.threads)`` and
-        ``torch.no_grad()``.
+        long unrolled graph. Call them inside ``as_compiled(race.threads)``.
 
     Raises:
         TypeError: if a model is already compiled (compile the original instead).
@@ -457,7 +483,7 @@ def race(
     count = threads or timing_threads()
     torch._inductor.config.freezing = freezing
     compiled = {}
-    with _threads(count), torch.no_grad():
+    with as_compiled(count):
         for label, model in models.items():
             compiled[label] = torch.compile(copy.deepcopy(model), dynamic=False)
             compiled[label](*args)  # the first call compiles

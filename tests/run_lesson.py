@@ -19,11 +19,11 @@ import sys
 
 def main() -> None:
     path, solutions, capped_at, *measured = json.load(sys.stdin)
+    figures = measured[0] if measured else None
     sys.argv, sys.path[0] = [path], os.path.dirname(path)
-    if measured and measured[0]:
+    if figures:
         from common import lesson
 
-        figures = measured[0]
         lesson.start(
             lang=figures["lang"],
             name=figures["name"],
@@ -36,7 +36,7 @@ def main() -> None:
         for number, code in enumerate(solutions, 1):
             exec(compile(code, f"{path} (solution {number})", "exec"), namespace)
     finally:
-        if measured and measured[0]:
+        if figures:
             lesson.stop()  # closes the turns' lock files start opened
     if capped_at:
         from common.cpu import describe

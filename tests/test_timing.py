@@ -209,3 +209,14 @@ def test_timing_key_follows_the_stack_and_the_helpers_code(monkeypatch):
     monkeypatch.undo()
     monkeypatch.setattr(timing, "_SOURCE", Path(lesson.__file__))
     assert timing_key({"m": scaled()}, x) != key, "another common/timing.py"
+
+
+def test_as_compiled_sets_race_s_threads_and_grad_mode_and_gives_the_caller_s_back():
+    from common.timing import as_compiled
+
+    before = torch.get_num_threads()
+    other = 1 if before != 1 else 2
+    with pytest.raises(KeyError), as_compiled(other):
+        assert torch.get_num_threads() == other and not torch.is_grad_enabled()
+        raise KeyError("a step that fails inside")
+    assert torch.get_num_threads() == before and torch.is_grad_enabled()

@@ -57,7 +57,7 @@ from common.cpu import describe
 from common.kernels import time_by_kind
 from common.numerics import sqnr
 from common.pt2e import export_module, quiet, x86_quantizer
-from common.timing import compare_speed, race
+from common.timing import as_compiled, compare_speed, race
 from common.viz import draw
 
 quiet()
@@ -627,16 +627,13 @@ assert ran_per_step.int8 == {linear: 2 * STEPS + 1} and not ran_per_step.float, 
 # fixes it with ``reduce_range``); the CPU line of the table says which case this page was
 # built on. Then the verdicts: fp32 against each int8 model, in the same rounds.
 
-threads_before = torch.get_num_threads()
-torch.set_num_threads(gru_race.threads)  # as they were compiled, or they recompile (race)
-with torch.no_grad():
+with as_compiled(gru_race.threads):  # as they were compiled, or they recompile (race)
     gru_float = gru(*gru_args)
     gru_sqnr = {"q/dq": sqnr(gru_float, gru_models[PER_STEP](*gru_args)).item()}
     gru_sqnr |= {
         k: sqnr(gru_float, gru_race.models[k](*gru_args)).item() for k in (SHARED, PER_STEP)
     }
     split = {label: time_by_kind(model, gru_args) for label, model in gru_race.models.items()}
-torch.set_num_threads(threads_before)
 print("; ".join(f"{label}: {db:.1f} dB" for label, db in gru_sqnr.items()))
 assert gru_sqnr["q/dq"] > 30, "the q/dq model above 30 dB"
 if describe().vnni:

@@ -69,7 +69,7 @@ from common.language_model import (
 )
 from common.pt2e import quiet
 from common.results import publish
-from common.timing import race, timing_threads
+from common.timing import as_compiled, race, timing_threads
 from common.viz import draw
 
 quiet()
@@ -332,16 +332,14 @@ assert x86_report.counts()["add"][0] == 8, "x86: the residual add after wo and w
 held_out = split("held_out")
 window = (held_out[None, :WINDOW], torch.arange(WINDOW))
 torch._inductor.config.freezing = True  # for the process (M05-4)
-threads, before = timing_threads(), torch.get_num_threads()
-torch.set_num_threads(threads)
-with torch.no_grad():
+threads = timing_threads()
+with as_compiled(threads):
     compiled = torch.compile(x86_model, dynamic=False)
     start = time.perf_counter()
     compiled(*window)  # the first call compiles
     seconds = time.perf_counter() - start
     ran = kernels_run(compiled, window)
     x86_perplexity = perplexity(compiled)
-torch.set_num_threads(before)
 print(
     f"first call (compiles): {seconds:.1f} s at {threads} thread(s), load {os.getloadavg()[0]:.1f}"
 )
@@ -389,12 +387,6 @@ races = {name: race(pair, args) for name, args in shapes.items()}
 # the rounds repeat the same work without resetting the cache.
 
 
-def rate(timing, tokens: int) -> str:
-    """Tokens per second at the median call, and at the ends of the median's 95 % interval."""
-    low, high = tokens * 1e3 / timing.median_high, tokens * 1e3 / timing.median_low
-    return f"{tokens * 1e3 / timing.median:,.0f} ({low:,.0f}–{high:,.0f})"
-
-
 prefills, decodes = races["prefill"], races["decode"]
 width = max(display_width(label) for label in pair)
 columns = pad("prefill tokens/s", 24, align=">"), pad("decode tokens/s", 18, align=">")
@@ -402,7 +394,7 @@ print(f"{pad('', width)}  {columns[0]}  {columns[1]}  prefill / decode time")
 for label in pair:
     ratio = prefills[label].median / decodes[label].median
     print(
-        f"{pad(label, width)}  {rate(prefills[label], 64):>24}  {rate(decodes[label], 1):>18}"
+        f"{pad(label, width)}  {prefills[label].rate(64):>24}  {decodes[label].rate(1):>18}"
         f"  {ratio:20.1f}×"
     )
 print(decodes.header())
@@ -440,13 +432,11 @@ def decode_steps(m, tokens: torch.Tensor) -> torch.Tensor:
     return torch.cat([m(t.view(1, 1), torch.tensor([i])) for i, t in enumerate(tokens)], dim=1)
 
 
-fast, before = decodes.models[LABELS["int8"]], torch.get_num_threads()
-torch.set_num_threads(decodes.threads)  # as it was compiled: another count would recompile
-with torch.no_grad():
+fast = decodes.models[LABELS["int8"]]
+with as_compiled(decodes.threads):  # as it was compiled: another count would recompile
     got, want, fp32_logits = (decode_steps(m, prompt) for m in (fast, x86_model, model))
     reset_cache(fast)
     fresh = fast(prompt[-1].view(1, 1), torch.tensor([len(prompt) - 1]))
-torch.set_num_threads(before)
 
 # %%
 # With VNNI oneDNN's int8 sums are exact, and the two differ only where the compiled code rounds

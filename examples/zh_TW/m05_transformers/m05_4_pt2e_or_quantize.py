@@ -44,7 +44,7 @@ from common.kernels import kernels_run
 from common.models import example_inputs, get_model, input_shape
 from common.numerics import sqnr
 from common.pt2e import export_module, quiet
-from common.timing import race, timing_threads
+from common.timing import as_compiled, race, timing_threads
 from common.viz import draw
 
 quiet()
@@ -242,9 +242,7 @@ def matmuls(model) -> dict:
 
 
 torch._inductor.config.freezing = True  # 和 race 一樣，設定在整個行程上
-threads, before = timing_threads(), torch.get_num_threads()
-torch.set_num_threads(threads)
-with torch.no_grad():
+with as_compiled(timing_threads()):
     compiled = {
         key: torch.compile(models[key], dynamic=False) for key in ("dynamic", "weight_only")
     }
@@ -257,10 +255,9 @@ timings = race(
     also_key=repr(CONFIGS),  # every field of the configs that made them
 )
 ran = {LABELS[key]: timings.kernels[LABELS[key]] for key in ("fp32", "pt2e")}
-with torch.no_grad():  # 用編譯時的執行緒數與 grad 模式
+with as_compiled(timings.threads):  # 用編譯時的執行緒數與 grad 模式
     ran |= {LABELS[key]: kernels_run(model, tokens) for key, model in compiled.items()}
     products = matmuls(compiled["dynamic"])
-torch.set_num_threads(before)
 for label, kernels in ran.items():
     print(f"{pad(label, 28)} {kernels.summary}")
 print(f"{pad(LABELS['dynamic'], 28)} {products}")

@@ -55,7 +55,7 @@ from common.cpu import describe
 from common.kernels import time_by_kind
 from common.numerics import sqnr
 from common.pt2e import export_module, quiet, x86_quantizer
-from common.timing import compare_speed, race
+from common.timing import as_compiled, compare_speed, race
 from common.viz import draw
 
 quiet()
@@ -616,16 +616,13 @@ assert ran_per_step.int8 == {linear: 2 * STEPS + 1} and not ran_per_step.float, 
 # （M04-2 量測了這件事，並用 ``reduce_range`` 解決）；表格的 CPU 那一行說明這一頁是在哪一種
 # 情況下建置的。接著是判定：fp32 與每個 int8 模型的比較，在同樣的輪次裡量測。
 
-threads_before = torch.get_num_threads()
-torch.set_num_threads(gru_race.threads)  # 與編譯時相同，否則會重新編譯（見 race 的說明）
-with torch.no_grad():
+with as_compiled(gru_race.threads):  # 與編譯時相同，否則會重新編譯（見 race 的說明）
     gru_float = gru(*gru_args)
     gru_sqnr = {"q/dq": sqnr(gru_float, gru_models[PER_STEP](*gru_args)).item()}
     gru_sqnr |= {
         k: sqnr(gru_float, gru_race.models[k](*gru_args)).item() for k in (SHARED, PER_STEP)
     }
     split = {label: time_by_kind(model, gru_args) for label, model in gru_race.models.items()}
-torch.set_num_threads(threads_before)
 print("；".join(f"{label}：{db:.1f} dB" for label, db in gru_sqnr.items()))
 assert gru_sqnr["q/dq"] > 30, "q/dq 模型高於 30 dB"
 if describe().vnni:

@@ -68,7 +68,7 @@ from common.language_model import (
 )
 from common.pt2e import quiet
 from common.results import publish
-from common.timing import race, timing_threads
+from common.timing import as_compiled, race, timing_threads
 from common.viz import draw
 
 quiet()
@@ -326,16 +326,14 @@ assert x86_report.counts()["add"][0] == 8, "x86：wo 與 w2 之後的殘差 add�
 held_out = split("held_out")
 window = (held_out[None, :WINDOW], torch.arange(WINDOW))
 torch._inductor.config.freezing = True  # 設定在整個行程上（M05-4）
-threads, before = timing_threads(), torch.get_num_threads()
-torch.set_num_threads(threads)
-with torch.no_grad():
+threads = timing_threads()
+with as_compiled(threads):
     compiled = torch.compile(x86_model, dynamic=False)
     start = time.perf_counter()
     compiled(*window)  # 第一次呼叫時編譯
     seconds = time.perf_counter() - start
     ran = kernels_run(compiled, window)
     x86_perplexity = perplexity(compiled)
-torch.set_num_threads(before)
 print(f"第一次呼叫（編譯）：{seconds:.1f} 秒，{threads} 個執行緒，負載 {os.getloadavg()[0]:.1f}")
 print(ran.summary)
 assert ran.int8 == Counter({"onednn::qlinear_pointwise": LINEARS}), "執行了 29 個 int8 linear"
@@ -379,12 +377,6 @@ races = {name: race(pair, args) for name, args in shapes.items()}
 # 快取，每一輪做的都是同樣的工作。
 
 
-def rate(timing, tokens: int) -> str:
-    """中位數呼叫的每秒 token 數，以及中位數 95 % 信賴區間兩端的值。"""
-    low, high = tokens * 1e3 / timing.median_high, tokens * 1e3 / timing.median_low
-    return f"{tokens * 1e3 / timing.median:,.0f} ({low:,.0f}–{high:,.0f})"
-
-
 prefills, decodes = races["prefill"], races["decode"]
 width = max(display_width(label) for label in pair)
 columns = pad("prefill token/秒", 24, align=">"), pad("decode token/秒", 18, align=">")
@@ -392,7 +384,7 @@ print(f"{pad('', width)}  {columns[0]}  {columns[1]}  prefill / decode 時間")
 for label in pair:
     ratio = prefills[label].median / decodes[label].median
     print(
-        f"{pad(label, width)}  {rate(prefills[label], 64):>24}  {rate(decodes[label], 1):>18}"
+        f"{pad(label, width)}  {prefills[label].rate(64):>24}  {decodes[label].rate(1):>18}"
         f"  {ratio:20.1f}×"
     )
 print(decodes.header())
@@ -428,13 +420,11 @@ def decode_steps(m, tokens: torch.Tensor) -> torch.Tensor:
     return torch.cat([m(t.view(1, 1), torch.tensor([i])) for i, t in enumerate(tokens)], dim=1)
 
 
-fast, before = decodes.models[LABELS["int8"]], torch.get_num_threads()
-torch.set_num_threads(decodes.threads)  # 和編譯時相同：換一個執行緒數會重新編譯
-with torch.no_grad():
+fast = decodes.models[LABELS["int8"]]
+with as_compiled(decodes.threads):  # 和編譯時相同：換一個執行緒數會重新編譯
     got, want, fp32_logits = (decode_steps(m, prompt) for m in (fast, x86_model, model))
     reset_cache(fast)
     fresh = fast(prompt[-1].view(1, 1), torch.tensor([len(prompt) - 1]))
-torch.set_num_threads(before)
 
 # %%
 # 有 VNNI 時，oneDNN 的 int8 加總是精確的，兩者只在編譯後的程式碼把某個活化值捨入到相鄰的編碼時

@@ -446,17 +446,11 @@ prefills = compare_speed(calls, (prompt_64, torch.arange(64)), key=key)
 decodes = compare_speed(calls, (prompt_64[:, :1], torch.tensor([64])), key=key)
 
 
-def rate(timing, tokens: int) -> str:
-    """中位數呼叫的每秒 token 數，以及中位數 95 % 信賴區間兩端的值。"""
-    low, high = tokens * 1e3 / timing.median_high, tokens * 1e3 / timing.median_low
-    return f"{tokens * 1e3 / timing.median:,.0f} ({low:,.0f}–{high:,.0f})"
-
-
 width = max(display_width(label) for label in calls)
 columns = pad("prefill token/秒", 24, align=">"), pad("decode token/秒", 18, align=">")
 print(f"{pad('', width)}  {columns[0]}  {columns[1]}")
 for label in calls:
-    print(f"{pad(label, width)}  {rate(prefills[label], 64):>24}  {rate(decodes[label], 1):>18}")
+    print(f"{pad(label, width)}  {prefills[label].rate(64):>24}  {decodes[label].rate(1):>18}")
 print(decodes.header())
 
 # %%

@@ -29,18 +29,8 @@ def install(session: nox.Session, extras: str, venv: Path | None = None) -> None
     if installed(venv, extras):
         return
     # torch is pinned exactly in pyproject.toml; pip (not uv) finds the local CPU wheel.
-    if venv == Path(session.virtualenv.location):
-        session.install("-e", f".[{extras}]")
-    else:
-        session.run(
-            str(venv / "bin" / "python"),
-            "-m",
-            "pip",
-            "install",
-            "-e",
-            f".[{extras}]",
-            external=True,
-        )
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-e", f".[{extras}]"]
+    session.run(*pip, external=True)
     (venv / f"{STAMP}-{extras}").write_text(_wanted(extras))
 
 

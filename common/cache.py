@@ -31,7 +31,15 @@ from common.digest import digest
 from common.lesson import running
 from common.turns import let_a_timing_in, waiting
 
-__all__ = ["CHECKOUT", "ROOT", "cache_folder", "cached", "cached_path", "measured_once"]
+__all__ = [
+    "CHECKOUT",
+    "ROOT",
+    "cache_folder",
+    "cached",
+    "cached_path",
+    "cached_state",
+    "measured_once",
+]
 
 _COMMON = Path(__file__).resolve().parent
 #: The folder holding ``common/``: a source checkout's root, or site-packages when installed.
@@ -121,6 +129,40 @@ def cached(kind: str, key: str, make: Callable[[], object]):
     True
     """
     return _json_at(_entry(kind, f"{key}.json"), make)
+
+
+def cached_state(kind: str, key: str) -> str:
+    """Where ``cached(kind, key, ...)``'s entry stands: ``"kept"``, ``"being made"`` (another
+    process holds its lock: ``cached`` would wait for it) or ``"missing"``.
+
+    For a loop over many entries that two processes walk at once (the two languages' builds in
+    the op atlas): one that finds an entry being made can make another meanwhile instead of
+    waiting (``common.atlas.run_cached``).
+
+    >>> import tempfile
+    >>> from unittest import mock
+    >>> with tempfile.TemporaryDirectory() as folder, mock.patch(
+    ...     "common.cache.cache_folder", lambda: Path(folder)
+    ... ):
+    ...     before = cached_state("demo", "k1")
+    ...     _ = cached("demo", "k1", lambda: 1)
+    ...     after = cached_state("demo", "k1")
+    >>> before, after
+    ('missing', 'kept')
+    """
+    from filelock import FileLock, Timeout
+
+    path = _entry(kind, f"{key}.json")
+    if path.exists():
+        return "kept"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(f"{path}.lock")
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        return "kept" if path.exists() else "being made"
+    lock.release()
+    return "kept" if path.exists() else "missing"
 
 
 def cached_path(kind: str, key: str, make: Callable[[Path], object]) -> Path:

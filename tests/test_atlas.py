@@ -231,3 +231,39 @@ def test_an_op_coverage_does_not_report_is_a_row_chosen_on_purpose():
         f"coverage reports no op of {sorted(silent - set(NOT_REPORTED_BY_COVERAGE))}: add the op "
         "to common/coverage/ops.py (OPS), or to NOT_REPORTED_BY_COVERAGE with the reason"
     )
+
+
+def test_a_row_being_made_elsewhere_is_read_after_making_a_later_one_meanwhile(
+    tmp_path, monkeypatch
+):
+    """Two builds split the atlas: a row another process is making is not waited for idly."""
+    import threading
+    import time
+
+    from filelock import FileLock
+
+    from common.atlas import run
+
+    monkeypatch.setattr("common.cache.cache_folder", lambda: tmp_path)
+    made = []
+    monkeypatch.setattr(run, "run_entry", lambda item: made.append(item.name) or item.name)
+    first, second = atlas.ENTRIES[:2]
+    rows = tmp_path / "op_atlas"
+    rows.mkdir()
+    first_row, second_row = (rows / f"{run._row_key(item)}.json" for item in (first, second))
+    holding = threading.Event()
+
+    def the_other_build_makes_the_first_row_until_the_second_is_kept():
+        with FileLock(f"{first_row}.lock"):  # a thread of its own: filelock refuses one thread
+            holding.set()
+            deadline = time.monotonic() + 60  # without the split, run_cached waits: it fails
+            while not second_row.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            first_row.write_text('"made by the other build"')
+
+    other = threading.Thread(target=the_other_build_makes_the_first_row_until_the_second_is_kept)
+    other.start()
+    holding.wait()
+    assert run.run_cached(first) == "made by the other build"
+    other.join()
+    assert made[:1] == [second.name] and first.name not in made, made

@@ -5,6 +5,7 @@ measures once, kept under the running lesson's inputs."""
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -104,3 +105,27 @@ def test_measured_once_only_while_a_build_runs_and_under_the_lessons_inputs(tmp_
     assert cache.measured_once("k", lambda: 6) == 6, "no inputs named: all of common's code"
     assert (tmp_path / cache._code_digest() / "k.json").exists()
     assert cache.measured_once(None, lambda: 4) == 4, "no key: measured"
+
+
+def test_cached_state_tells_an_entry_another_process_is_making(folder):
+    from filelock import FileLock
+
+    assert cache.cached_state("demo", "k") == "missing"
+    holding, checked = threading.Event(), threading.Event()
+
+    def another_process_makes_it():  # a thread of its own: filelock refuses one thread two locks
+        with FileLock(f"{folder / 'demo' / 'k.json'}.lock"):
+            holding.set()
+            checked.wait(30)
+
+    other = threading.Thread(target=another_process_makes_it)
+    other.start()
+    holding.wait()
+    try:
+        assert cache.cached_state("demo", "k") == "being made"
+    finally:
+        checked.set()
+        other.join()
+    assert cache.cached_state("demo", "k") == "missing"
+    cache.cached("demo", "k", lambda: 1)
+    assert cache.cached_state("demo", "k") == "kept"

@@ -253,14 +253,40 @@ def run_cached(item: Entry) -> dict:
     new row computes only itself), the installed stack (torch, torchao, ExecuTorch, NNCF,
     OpenVINO) and the CPU's kernel path (OpenVINO's CPU plugin picks its float precision by
     it). It holds no timing.
+
+    When another process is making this row (the other language's build, walking the rows in
+    the same order), it makes the atlas's later rows that nobody has started meanwhile, instead
+    of waiting: two builds split the atlas rather than take turns on each row.
     """
+    from common.cache import cached, cached_state
+
+    key = _row_key(item)
+    if cached_state("op_atlas", key) == "being made":
+        _make_later_rows_meanwhile(item, key)
+    return cached("op_atlas", key, lambda: run_entry(item))
+
+
+def _row_key(item: Entry) -> str:
     from importlib.metadata import version
 
-    from common.cache import cached
     from common.cpu import describe
     from common.digest import digest
 
     stack = [version("nncf"), version("openvino"), describe().kernel_path]
     model = item.build()
-    key = digest(item.name, list(item.ops), list(item.shape), model, _key_files(), stack)
-    return cached("op_atlas", key, lambda: run_entry(item))
+    return digest(item.name, list(item.ops), list(item.shape), model, _key_files(), stack)
+
+
+def _make_later_rows_meanwhile(item: Entry, key: str) -> None:
+    """Make the rows after ``item`` that are neither kept nor being made, one at a time, while
+    ``item``'s own row is still being made elsewhere."""
+    from common.atlas.entries import ENTRIES
+    from common.cache import cached, cached_state
+
+    at = next((i for i, row in enumerate(ENTRIES) if row is item), len(ENTRIES))
+    for row in ENTRIES[at + 1 :]:
+        if cached_state("op_atlas", key) != "being made":
+            return
+        row_key = _row_key(row)
+        if cached_state("op_atlas", row_key) == "missing":
+            cached("op_atlas", row_key, lambda row=row: run_entry(row))

@@ -289,7 +289,9 @@ def run_under_isa(isa: str, source: str, *, timeout: float = 900, key: str | Non
         key: what ``source`` computes, when its text does not say it all; by default the
             text without its comments, each file it names standing for its contents. While
             the site is built, the step runs once per key and the other language's build
-            reuses its answer (``common.cache.measured_once``).
+            reuses its answer (``common.cache.measured_once``). The key holds ``isa`` and
+            this CPU's name, not the kernel path of the process asking: the subprocess's path
+            is ``isa``'s, whichever path its parent runs on.
 
     Returns:
         dict: ``{"result": <result>, "cpu": CpuInfo.as_dict() of the subprocess}``.
@@ -300,7 +302,7 @@ def run_under_isa(isa: str, source: str, *, timeout: float = 900, key: str | Non
             subprocess's last error line.
     """
     cpu = describe()
-    stamp = digest(isa, key or _what_source_computes(source), cpu.name, cpu.kernel_path)
+    stamp = digest(isa, key or _what_source_computes(source), cpu.name)
     return measured_once(f"isa-{stamp}", lambda: _run_under_isa(isa, source, timeout))
 
 

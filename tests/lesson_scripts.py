@@ -171,7 +171,10 @@ def build_measurements(lang: str, relative: Path, folder: Path) -> dict | None:
     A reader run on this CPU's own path then prints the figures its page prints instead of
     timing again: the code that measured them ran in the build under the same inputs (the
     stack, the lesson's ``common`` closure; ``measured_key``), and timings are printed, never
-    asserted. A capped run measures its own (its kernel path is not the build's).
+    asserted. A run capped at another ISA than the build's gets them too: its own timings are
+    keyed by its kernel path (``common.timing.timing_key``), so it measures them, and it reads
+    the answers of the build's ``run_under_isa`` subprocesses, whose path is their ``isa``'s
+    whichever process asks.
     """
     from course_sources import MEASURED_ONCE, measured_key
 

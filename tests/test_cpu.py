@@ -125,3 +125,23 @@ def test_a_step_naming_a_temporary_file_is_keyed_by_the_files_contents(tmp_path)
     assert _what_source_computes(step.format(str(first), "")) != _what_source_computes(
         step.format(str(other), "")
     )
+
+
+def test_a_capped_process_reads_the_answer_the_builds_native_process_got(tmp_path, monkeypatch):
+    """run_under_isa's key holds the ISA asked for, not the asking process's kernel path: a
+    reader run capped at AVX2 reads the build's AVX2 step instead of starting it again."""
+    from common import lesson
+
+    answers = iter([{"result": "the build's"}, {"result": "started again"}])
+    monkeypatch.setattr(cpu_module, "_run_under_isa", lambda *_: next(answers))
+    native = describe()
+    lesson.start(lang="en", name="m09_1_x", measured=tmp_path, inputs="inputs", pictures=False)
+    try:
+        first = run_under_isa("AVX2", "result = 1")["result"]
+        capped = replace(native, aten="AVX2", onednn="AVX2", vnni=False, amx_int8=False)
+        assert capped.kernel_path != native.kernel_path or native.onednn == "AVX2"
+        monkeypatch.setattr(cpu_module, "describe", lambda: capped)
+        again = run_under_isa("AVX2", "result = 1")["result"]
+    finally:
+        lesson.stop()
+    assert first == again == "the build's"

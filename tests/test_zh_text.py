@@ -1,6 +1,7 @@
 """The zh_TW lessons say in Chinese what their asserts claim (code-only messages excepted)."""
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -98,6 +99,7 @@ def test_zh_pages_use_taiwanese_terms(path):
 REFERENCE = re.compile(r"(?:\{ref\}|:ref:)`([^`<]+?)\s*<(sphx_glr_lessons_[^>]+)>`")
 
 
+@functools.cache  # read once for the ~50 pages that ask (the lessons are parsed)
 def lesson_titles(root: Path = ROOT / "examples" / "zh_TW") -> dict[str, str]:
     """Sphinx-gallery's label of every zh lesson and module page -> its title."""
     titles = {}

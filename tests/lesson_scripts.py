@@ -108,18 +108,21 @@ def run_as_a_reader(
     env: dict,
     cap: str | None = None,
     measured: dict | None = None,
+    patterns: bool = False,
 ) -> subprocess.CompletedProcess:
     """Run ``script`` and its exercise solutions in a fresh ``python`` (tests/run_lesson.py),
     from ``folder`` (an unrelated one: the lesson must find common through the installed
     package), its pictures written there as graph_NNN.svg; with ``measured``
-    (``build_measurements``), its timings read from the site's build. Asserts it succeeded,
-    wrote nothing to stderr, and drew."""
+    (``build_measurements``), its timings read from the site's build; with ``patterns``,
+    torchao's pattern graphs exported once in the run, as the build does (docs/pattern_graphs.py;
+    a checkout's run only). Asserts it succeeded, wrote nothing to stderr, and drew."""
     env = {**env, **torch_threads(), "PT2E_COURSE_DRAW_DIR": str(folder)}
     if cap:
         from common.cpu import isa_environment
 
         env.update(isa_environment(cap))
-    job = json.dumps([str(script), exercise_solutions(script), cap, measured])
+    docs = str(ROOT / "docs") if patterns else None
+    job = json.dumps([str(script), exercise_solutions(script), cap, measured, docs])
     result = subprocess.run(
         [python, str(RUNNER)],
         input=job,
@@ -159,7 +162,8 @@ def reader_run_key(lang: str, relative: Path, cap: str | None) -> str:
     script = EXAMPLES / lang / relative
     pictures = ROOT / "docs" / lang / "lessons" / relative.parent / "images"
     compared = sorted(pictures.glob(f"sphx_glr_{relative.stem}_[0-9][0-9][0-9].svg"))
-    inputs = [script, *common_closure(script), RUNNER, Path(__file__), ROOT / "pyproject.toml"]
+    runner = [RUNNER, Path(__file__), ROOT / "docs" / "pattern_graphs.py"]
+    inputs = [script, *common_closure(script), *runner, ROOT / "pyproject.toml"]
     return inputs_digest([*inputs, *compared], f"cap {cap}", repr(describe()))
 
 

@@ -126,7 +126,13 @@ def test_lesson_runs_as_a_reader_runs_it_with_its_solutions(
     # The build's figures: its timings on this CPU's own path, its run_under_isa answers on any
     measured = build_measurements(READER_LANGUAGE, relative, tmp_path / "kept")
     run_as_a_reader(
-        sys.executable, script, tmp_path, env=dict(os.environ), cap=cap, measured=measured
+        sys.executable,
+        script,
+        tmp_path,
+        env=dict(os.environ),
+        cap=cap,
+        measured=measured,
+        patterns=True,  # exported once per run, as in the build: 15-20 s less for M07-1, M07-3
     )
     if not cap:  # float kernels round differently under a cap: other qparams in the tooltips
         assert_drew_the_sites_pictures(tmp_path, READER_LANGUAGE, relative)
@@ -238,6 +244,26 @@ def test_the_reader_runner_runs_the_solutions_in_the_lessons_namespace(tmp_path)
     assert run("from beside import NAME\nassert (x, NAME) == (1, 'beside')").returncode == 0
     failed = run("y = 2 * x", "assert y == 3, 'y is 2'")
     assert failed.returncode != 0 and "(solution 2)" in failed.stderr, failed.stderr
+
+
+def test_the_reader_runner_exports_torchaos_pattern_graphs_once_when_asked(tmp_path):
+    """With the docs folder in the job, the torchao modules a lesson imports take the build's
+    caching pattern exporter (docs/pattern_graphs.py); without it, torchao's own."""
+    lesson = tmp_path / "m09_1_x.py"
+    lesson.write_text(
+        "from torchao.quantization.pt2e import qat_utils\n"
+        "print(hasattr(qat_utils._get_aten_graph_module_for_pattern, 'exported'))\n"
+    )
+
+    def run(patterns):
+        job = json.dumps([str(lesson), [], None, None, patterns])
+        command = [sys.executable, str(RUNNER)]
+        done = subprocess.run(command, input=job, cwd=tmp_path, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    assert run(str(EXAMPLES.parent / "docs")) == "True"
+    assert run(None) == "False"
 
 
 def test_the_reader_runner_reads_what_the_build_measured_and_measures_what_it_did_not(tmp_path):

@@ -13,6 +13,7 @@ from site_facts import LANGUAGES
 __all__ = [
     "ALL_LESSONS",
     "EXAMPLES",
+    "INSTALLED_LESSONS",
     "NOTEBOOK_LESSON",
     "PASSED_READER_RUNS",
     "ROOT",
@@ -20,6 +21,7 @@ __all__ = [
     "VIRTUALENV_LESSON",
     "assert_drew_the_sites_pictures",
     "build_measurements",
+    "drawn_alike_in_any_folder",
     "exercise_solutions",
     "lessons",
     "passed_before",
@@ -51,10 +53,25 @@ ALL_LESSONS = sorted({(lang, path) for lang in LANGUAGES for path in lessons(lan
 
 # Each lesson runs once outside the docs build. The quickstart, the page a reader is likeliest
 # to open in Jupyter or Colab, runs as its downloaded notebook (test_site.py); M00-1 as a page's
-# download, in a virtualenv made with the page's pip command only (test_front_door.py); every
-# other lesson as a script (test_lessons.py).
+# download, in a virtualenv made with the page's pip command only, then in the same virtualenv
+# the lessons that keep expensive results in the course's cache (M03-4: AOTInductor packages
+# and trained weights; M06-3: its .pte and ETRecord) after their page's command
+# (test_front_door.py); every other lesson as a script (test_lessons.py).
 NOTEBOOK_LESSON = Path("quickstart/quickstart.py")
 VIRTUALENV_LESSON = Path("m00_graphs/m00_1_getting_a_graph.py")
+INSTALLED_LESSONS = (
+    Path("m03_lowering/m03_4_shipping.py"),
+    Path("m06_executorch/m06_3_pte_inside_out.py"),
+)
+
+
+def drawn_alike_in_any_folder(relative: Path) -> bool:
+    """Whether a lesson draws its page's pictures from any folder. ``torch.export``'s
+    ``.module()`` leaves its ``_guards_fn`` node out when a file on the call stack has
+    "executorch" or "torchao" in its path (M06-4 shows it): the pages of such a folder
+    (``m06_executorch/``) or file (``m99_5_executorch_...``) are drawn without it, a reader's
+    copy elsewhere with it. Their pictures are compared where the course keeps them."""
+    return not any(word in relative.as_posix() for word in ("executorch", "torchao"))
 
 
 def exercise_solutions(path: Path) -> list[str]:

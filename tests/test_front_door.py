@@ -18,10 +18,12 @@ import pytest
 from built_site import make_site, sphinx_build
 from lesson_scripts import (
     EXAMPLES,
+    INSTALLED_LESSONS,
     ROOT,
     RUNNER,
     VIRTUALENV_LESSON,
     assert_drew_the_sites_pictures,
+    drawn_alike_in_any_folder,
     passed_before,
     remember_pass,
     run_as_a_reader,
@@ -219,58 +221,6 @@ def run_needs_command(page: Path) -> str:
     return commands[0]
 
 
-@pytest.mark.xdist_group("site")
-def test_a_downloaded_lesson_runs_in_a_virtualenv_made_with_its_pages_command(
-    site, tmp_path, record_property
-):
-    """A reader's machine: a fresh virtualenv, the page's one pip command, the downloaded .py.
-
-    There is no GitHub here, so the command installs from a clone of this repository's HEAD
-    (a committed state) instead of COURSE_REPOSITORY. Cost: 55 s on 2 idle cores (137 s at a
-    load average of 12), nearly all of it pip installing torch and the rest from local wheels;
-    not run again while what it depends on is that of a run that passed (as a reader run).
-    """
-    lesson = VIRTUALENV_LESSON.stem
-    page = site / "en" / "lessons" / VIRTUALENV_LESSON.with_suffix(".html")
-    command = run_needs_command(page)
-    assert command == f'pip install "pt2e-course @ git+{course_conf.COURSE_REPOSITORY}"'
-    downloaded = sorted((site / "en" / "_downloads").glob(f"*/{lesson}.py"))
-    assert downloaded, f"the site offers no {lesson}.py"
-    pictures = page.parent / "images"  # the build's, as assert_drew_the_sites_pictures reads
-    compared = sorted(pictures.glob(f"sphx_glr_{lesson}_[0-9][0-9][0-9].svg"))
-    key = installed_run_key([downloaded[0], *compared], command)
-    if passed_before(key):
-        record_property("reader_run", "kept")  # conftest.py counts them in the summary
-        return
-    script = shutil.copy(downloaded[0], tmp_path / f"{lesson}.py")
-
-    clone = tmp_path / "pt2e-course"
-    subprocess.run(["git", "clone", "-q", "--no-local", str(ROOT), str(clone)], check=True)
-    # A file URL with a host: pip 23's requirement parser refuses "git+file:///path".
-    command = command.replace(course_conf.COURSE_REPOSITORY, f"file://localhost{clone}")
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    python = str(venv / "bin" / "python")
-    # Where the course is not installed the download stops at its first import (the failure
-    # the page's line is there to prevent; it also shows this test can fail).
-    bare = subprocess.run([python, script.name], cwd=tmp_path, capture_output=True, text=True)
-    assert bare.returncode != 0 and "ModuleNotFoundError" in bare.stderr, bare.stderr[-2000:]
-    # The page's command, run by the virtualenv's own pip (its first word is "pip").
-    pip = [python, "-m", *shlex.split(command)]
-    installed = subprocess.run([*pip, "-q"], capture_output=True, text=True)
-    assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
-
-    # As a reader runs it, then its exercise solutions; its pictures are its page's.
-    ran = tmp_path / "ran"
-    ran.mkdir()
-    # Not PYTHONPATH: a checkout on it would hand the virtualenv this repository's common/.
-    env = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
-    run_as_a_reader(python, Path(script), ran, env=env)
-    assert_drew_the_sites_pictures(ran, "en", VIRTUALENV_LESSON)
-    remember_pass(key)
-    record_property("reader_run", "ran")
-
-
 def test_the_download_line_names_what_a_lesson_imports_beyond_the_course():
     """ExecuTorch for M06, NNCF with OpenVINO where a lesson asks ExecuTorch's OpenVINO
     quantizer (M07-3), ONNX, onnxscript and ONNX Runtime for M03-5: a reader who runs the
@@ -312,14 +262,6 @@ def test_the_download_line_reads_the_common_modules_a_lesson_imports():
     assert "executorch" not in first and "g++" not in first, first
 
 
-#: The lessons that keep expensive results in the course's cache (M03-4: AOTInductor packages
-#: and trained weights; M06-3: its .pte and ETRecord), run as a pip-installed reader runs them.
-CACHING_LESSONS = (
-    Path("m03_lowering/m03_4_shipping.py"),
-    Path("m06_executorch/m06_3_pte_inside_out.py"),
-)
-
-
 def files_under(folder: Path) -> dict[str, tuple]:
     """Every file, folder and link under ``folder`` with its size and modification time."""
     found = {}
@@ -349,51 +291,98 @@ def installed_run_key(files: list[Path], *parts: str) -> str:
     return inputs_digest([*files, *here], "installed", committed, *parts)
 
 
-def test_an_installed_course_run_from_another_folder_writes_nothing_under_its_virtualenv(
-    tmp_path, record_property
+@pytest.mark.xdist_group("site")
+def test_a_readers_machine_runs_the_downloads_after_their_pages_pip_commands(
+    site, tmp_path, record_property
 ):
-    """A reader who pip-installs the course (the command beside M06-3's downloads) and runs the
-    downloaded M03-4 and M06-3 from a folder of their own: the course's cache goes to the
-    per-user cache folder (common.cache.cache_folder), nothing beside the installed package.
-    A download is the lesson's file as it is in examples/. Cost: a virtualenv with torch and
-    ExecuTorch, then both lessons and their exercises, nothing cached but the trained
-    weights (copied from the build's cache, as a reader who ran M01-1 has them)."""
+    """A reader's machine: a fresh virtualenv, M00-1's page command (the course alone), the
+    downloaded M00-1; then the command beside M06-3's downloads (ExecuTorch added), the downloaded
+    M03-4 and M06-3 (``INSTALLED_LESSONS``), run from a folder of their own. Each runs with its
+    exercise solutions and draws its page's pictures (but M06-3, whose page is drawn in
+    ``m06_executorch/``: ``drawn_alike_in_any_folder``); the course's cache goes to the per-user
+    cache folder (common.cache.cache_folder), nothing lands beside the installed package.
+
+    There is no GitHub here, so the commands install from a clone of this repository's HEAD (a
+    committed state) instead of COURSE_REPOSITORY. One virtualenv for both commands, as on a
+    reader's machine: torch is installed once. Cost: about 150 s on 2 cores, pip installing torch
+    and ExecuTorch from local wheels, M03-4's AOTInductor packages and M06-3's lowering (nothing
+    cached but the trained weights); not run again while what it depends on is that of a run
+    that passed (as a reader run).
+    """
     from course_links import run_needs
 
-    scripts = [EXAMPLES / "en" / relative for relative in CACHING_LESSONS]
-    key = installed_run_key(scripts)
+    first = VIRTUALENV_LESSON.stem
+    page = site / "en" / "lessons" / VIRTUALENV_LESSON.with_suffix(".html")
+    command = run_needs_command(page)
+    assert command == f'pip install "pt2e-course @ git+{course_conf.COURSE_REPOSITORY}"'
+    downloaded = sorted((site / "en" / "_downloads").glob(f"*/{first}.py"))
+    assert downloaded, f"the site offers no {first}.py"
+    caching = [EXAMPLES / "en" / relative for relative in INSTALLED_LESSONS]
+    second = re.search(r"``(pip install [^`]+)``", run_needs("en", caching))[1]
+    pictures = [
+        picture
+        for relative in (VIRTUALENV_LESSON, *INSTALLED_LESSONS)
+        if drawn_alike_in_any_folder(relative)
+        for picture in sorted(
+            (site / "en" / "lessons" / relative.parent / "images").glob(
+                f"sphx_glr_{relative.stem}_[0-9][0-9][0-9].svg"
+            )
+        )
+    ]  # the build's, as assert_drew_the_sites_pictures reads them
+    key = installed_run_key([downloaded[0], *caching, *pictures], command, second)
     if passed_before(key):
         record_property("reader_run", "kept")  # conftest.py counts them in the summary
         return
-    command = re.search(r"``(pip install [^`]+)``", run_needs("en", scripts))[1]
+
     clone = tmp_path / "pt2e-course"
     subprocess.run(["git", "clone", "-q", "--no-local", str(ROOT), str(clone)], check=True)
-    command = command.replace(course_conf.COURSE_REPOSITORY, f"file://localhost{clone}")
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = str(venv / "bin" / "python")
-    installed = subprocess.run(
-        [python, "-m", *shlex.split(command), "-q"], capture_output=True, text=True
-    )
-    assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
-    before = files_under(venv)
+
+    def pip_install(command: str) -> None:
+        """The page's command, run by the virtualenv's own pip (its first word is "pip"); a file
+        URL with a host: pip 23's requirement parser refuses "git+file:///path"."""
+        command = command.replace(course_conf.COURSE_REPOSITORY, f"file://localhost{clone}")
+        done = subprocess.run(
+            [python, "-m", *shlex.split(command), "-q"], capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
     home = tmp_path / "home"  # the reader's: their per-user cache lands there
+    # Not PYTHONPATH: a checkout on it would hand the virtualenv this repository's common/.
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
+    env.update(XDG_CACHE_HOME=str(home / ".cache"), MPLCONFIGDIR=str(home / "mpl"))
+
+    def run_the_download(script: Path, relative: Path) -> None:
+        """As a reader runs it, then its exercise solutions; its pictures are its page's."""
+        ran = tmp_path / "ran" / relative.stem
+        ran.mkdir(parents=True)
+        run_as_a_reader(python, Path(shutil.copy(script, ran)), ran, env=env)
+        if drawn_alike_in_any_folder(relative):  # else compared in the course's folder
+            assert_drew_the_sites_pictures(ran, "en", relative)
+
+    # Where the course is not installed the download stops at its first import (the failure
+    # the page's line is there to prevent; it also shows this test can fail).
+    bare = subprocess.run([python, downloaded[0]], cwd=tmp_path, capture_output=True, text=True)
+    assert bare.returncode != 0 and "ModuleNotFoundError" in bare.stderr, bare.stderr[-2000:]
+    pip_install(command)
+    installed = files_under(venv)
+    run_the_download(downloaded[0], VIRTUALENV_LESSON)
+    assert files_under(venv) == installed, "M00-1 wrote under the virtualenv"
+
+    pip_install(second)
+    installed = files_under(venv)
     # The trained weights the site's build kept (their keys are the same in an installed
     # course): training is not what this test is about, where the cache lands is.
     trained = home / ".cache" / "pt2e-course" / "weights"
-    trained.mkdir(parents=True)
+    trained.mkdir(parents=True, exist_ok=True)
     for weights in (ROOT / "build" / "cache" / "weights").glob("*.pt"):
         shutil.copy(weights, trained)
-    env = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
-    env.update(XDG_CACHE_HOME=str(home / ".cache"), MPLCONFIGDIR=str(home / "mpl"))
-    for script in scripts:
-        ran = tmp_path / "ran" / script.stem
-        ran.mkdir(parents=True)
-        run_as_a_reader(python, Path(shutil.copy(script, ran)), ran, env=env)
-
+    for script, relative in zip(caching, INSTALLED_LESSONS, strict=True):
+        run_the_download(script, relative)  # a download is the lesson's file as in examples/
     after = files_under(venv)
-    written = sorted(path for path in after if after[path] != before.get(path))
+    written = sorted(path for path in after if after[path] != installed.get(path))
     assert not written, f"the lessons wrote under the virtualenv: {written[:20]}"
     kept = home / ".cache" / "pt2e-course"
     assert list(kept.glob("executorch/m06_3-conv_net-*/model.pte")), "M06-3's .pte is kept"

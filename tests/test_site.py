@@ -522,7 +522,13 @@ def settle(page) -> None:
     docs/_static/course-a11y.js asks the theme to measure again once the fonts are in; the
     theme waits 300 ms (debounce) before it does.
     """
-    page.evaluate("document.fonts.ready.then(() => new Promise(done => setTimeout(done, 400)))")
+    fonts_loaded(page)
+    page.evaluate("new Promise(done => setTimeout(done, 400))")
+
+
+def fonts_loaded(page) -> None:
+    """Wait for the page's fonts: a line's width, hence whether a block scrolls, depends on them."""
+    page.evaluate("document.fonts.ready.then(() => true)")
 
 
 @pytest.fixture(scope="session")
@@ -935,7 +941,7 @@ def test_code_and_output_fit_the_column_at_1366_px(browse, server, lang):
     blocks, scrolling, outputs = 0, [], []
     for lesson in lesson_pages(lang):
         page.goto(f"{server}/{lang}/{lesson.as_posix()}")
-        settle(page)
+        fonts_loaded(page)  # not the theme's tab stops (settle): widths are all this reads
         for block in page.evaluate(CODE_BLOCKS):
             blocks += 1
             if block["wide"]:

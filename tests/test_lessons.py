@@ -4,6 +4,7 @@ import ast
 import json
 import os
 import re
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -141,6 +142,28 @@ def test_lesson_runs_as_a_reader_runs_it_with_its_solutions(
         assert_drew_the_sites_pictures(tmp_path, READER_LANGUAGE, relative)
     remember_pass(key)
     record_property("reader_run", "ran")
+
+
+def test_the_folders_that_draw_without_a_guards_node_are_those_the_tests_name(tmp_path):
+    """``drawn_alike_in_any_folder`` says of a lesson's path what ``torch.export``'s ``.module()``
+    does when called from a file at that path: a ``_guards_fn`` node in the graph, or none."""
+    code = (
+        "import torch\n"
+        "program = torch.export.export(torch.nn.Linear(2, 2), (torch.randn(1, 2),))\n"
+        "graph = program.module().graph\n"
+        "guarded = bool(graph.find_nodes(op='call_module', target='_guards_fn'))\n"
+    )
+    assert drawn_alike_in_any_folder(Path("m06_executorch/m06_3_pte_inside_out.py")) is False
+    for relative in (
+        Path("m03_lowering/m03_4_shipping.py"),
+        Path("m06_executorch/m06_3_pte_inside_out.py"),
+        Path("troubleshooting/m99_5_executorch_and_xnnpack.py"),
+    ):
+        script = tmp_path / relative
+        script.parent.mkdir(parents=True, exist_ok=True)
+        script.write_text(code)
+        guarded = runpy.run_path(str(script))["guarded"]
+        assert guarded == drawn_alike_in_any_folder(relative), relative
 
 
 def test_a_reader_runs_key_changes_with_what_the_run_depends_on(monkeypatch):

@@ -26,6 +26,8 @@ from graphs import BothPartitioners, Partitioned  # noqa: E402
 pytestmark = [
     pytest.mark.filterwarnings(r"ignore:`isinstance\(treespec, LeafSpec\)`:FutureWarning"),
     pytest.mark.filterwarnings(r"ignore:The tensor attributes self\.rnn\._flat_weights"),
+    # XNNPACKQuantizer exports its conv-bn patterns at every prepare (~2 s): once per worker
+    pytest.mark.usefixtures("torchao_patterns_exported_once"),  # tests/conftest.py
 ]
 
 NAMES = [item.name for item in atlas.ENTRIES]

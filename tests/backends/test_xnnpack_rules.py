@@ -15,6 +15,7 @@ from common.coverage.classify import _rules_for
 pytestmark = [
     pytest.mark.filterwarnings(r"ignore:`isinstance\(treespec, LeafSpec\)`:FutureWarning"),
     pytest.mark.filterwarnings(r"ignore:`torch\.jit\.script_method`:DeprecationWarning"),
+    pytest.mark.usefixtures("torchao_patterns_exported_once"),  # tests/conftest.py
 ]
 
 

@@ -1,10 +1,15 @@
 """common.backends.xnnpack.runs: where XNNPACK's partitioner put an atlas entry's op."""
 
+import pytest
+
 from common import atlas
 from common.backends.xnnpack import runs
 from common.pt2e import quiet
 
 quiet()
+
+# XNNPACKQuantizer exports its conv-bn patterns at every prepare (~2 s): once per worker
+pytestmark = pytest.mark.usefixtures("torchao_patterns_exported_once")  # tests/conftest.py
 
 
 def test_a_4d_mean_over_h_and_w_with_keepdim_is_delegated():

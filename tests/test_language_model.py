@@ -89,3 +89,15 @@ def test_an_untrained_model_is_no_better_than_character_frequencies():
     # or worse, so the bar can tell a model that learned from one that did not.
     assert perplexity(small().eval(), windows=2) > unigram_perplexity() > 10
     assert len(split("held_out")) // WINDOW >= 20
+
+
+def test_training_lets_a_timing_of_the_other_build_in_after_every_step(monkeypatch, tmp_path):
+    """Training takes about 100 s in one cache entry: in the site's build, a timing of the other
+    language's build waits for the next pause point (common.turns), so there is one per step."""
+    import common.language_model as language_model
+
+    pauses = []
+    monkeypatch.setattr("common.cache.cache_folder", lambda: tmp_path)
+    monkeypatch.setattr(language_model, "let_a_timing_in", lambda: pauses.append(len(pauses)))
+    _, losses = language_model.train_decoder(steps=3, dim=32, layers=1, heads=4, kv_heads=2)
+    assert len(losses) == len(pauses) == 3

@@ -24,6 +24,7 @@ __all__ = [
     "drawn_alike_in_any_folder",
     "exercise_solutions",
     "lessons",
+    "page_pictures",
     "passed_before",
     "reader_run_key",
     "remember_pass",
@@ -156,6 +157,14 @@ def run_as_a_reader(
     return result
 
 
+def page_pictures(lessons: Path, relative: Path) -> list[Path]:
+    """The pictures a lesson's page shows, in order: ``images/sphx_glr_<stem>_NNN.svg`` beside
+    its page under ``lessons`` (``docs/<lang>/lessons`` where the build writes them, or a built
+    site's ``<lang>/lessons``)."""
+    images = lessons / relative.parent / "images"
+    return sorted(images.glob(f"sphx_glr_{relative.stem}_[0-9][0-9][0-9].svg"))
+
+
 def passed_before(key: str) -> bool:
     """Whether a run with the inputs ``key`` names passed before (``remember_pass``);
     never when ``PT2E_COURSE_RERUN_READERS`` is set."""
@@ -177,8 +186,7 @@ def reader_run_key(lang: str, relative: Path, cap: str | None) -> str:
     from course_sources import common_closure, inputs_digest
 
     script = EXAMPLES / lang / relative
-    pictures = ROOT / "docs" / lang / "lessons" / relative.parent / "images"
-    compared = sorted(pictures.glob(f"sphx_glr_{relative.stem}_[0-9][0-9][0-9].svg"))
+    compared = page_pictures(ROOT / "docs" / lang / "lessons", relative)
     runner = [RUNNER, Path(__file__), ROOT / "docs" / "pattern_graphs.py"]
     inputs = [script, *common_closure(script), *runner, ROOT / "pyproject.toml"]
     return inputs_digest([*inputs, *compared], f"cap {cap}", repr(describe()))
@@ -213,8 +221,7 @@ def assert_drew_the_sites_pictures(folder: Path, lang: str, relative: Path) -> N
     build ran before it in the same process, nor on the build being incremental). The run may
     draw more (its solutions run after it)."""
     drawn = sorted(folder.glob("graph_*.svg"))
-    pictures = ROOT / "docs" / lang / "lessons" / relative.parent / "images"
-    on_the_site = sorted(pictures.glob(f"sphx_glr_{relative.stem}_[0-9][0-9][0-9].svg"))
+    on_the_site = page_pictures(ROOT / "docs" / lang / "lessons", relative)
     assert len(drawn) >= len(on_the_site), f"{relative} drew fewer pictures than its page shows"
     differing = [
         site_svg.name

@@ -24,6 +24,7 @@ from lesson_scripts import (
     VIRTUALENV_LESSON,
     assert_drew_the_sites_pictures,
     drawn_alike_in_any_folder,
+    page_pictures,
     passed_before,
     remember_pass,
     run_as_a_reader,
@@ -323,11 +324,7 @@ def test_a_readers_machine_runs_the_downloads_after_their_pages_pip_commands(
         picture
         for relative in (VIRTUALENV_LESSON, *INSTALLED_LESSONS)
         if drawn_alike_in_any_folder(relative)
-        for picture in sorted(
-            (site / "en" / "lessons" / relative.parent / "images").glob(
-                f"sphx_glr_{relative.stem}_[0-9][0-9][0-9].svg"
-            )
-        )
+        for picture in page_pictures(site / "en" / "lessons", relative)
     ]  # the build's, as assert_drew_the_sites_pictures reads them
     key = installed_run_key([downloaded[0], *caching, *pictures], command, second)
     if passed_before(key):

@@ -74,16 +74,25 @@ def _entry(kind: str, key: str) -> Path:
     return cache_folder() / kind / key
 
 
-@contextlib.contextmanager
-def _locked(path: Path):
-    from filelock import FileLock, Timeout  # torch needs it: installed with the course
+def _lock(path: Path):
+    """The entry's lock (``filelock``; torch needs it: installed with the course), and whether
+    it was free: taken if so, not taken if another process holds it."""
+    from filelock import FileLock, Timeout
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    let_a_timing_in()  # a point where the build may pause for the other build's timing
     lock = FileLock(f"{path}.lock")
     try:
         lock.acquire(timeout=0)
-    except Timeout:  # its holder may be timing: pause meanwhile (``alone``)
+    except Timeout:
+        return lock, False
+    return lock, True
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    let_a_timing_in()  # a point where the build may pause for the other build's timing
+    lock, taken = _lock(path)
+    if not taken:  # its holder may be timing: pause meanwhile (``alone``)
         with waiting():
             lock.acquire()
     try:
@@ -150,16 +159,11 @@ def cached_state(kind: str, key: str) -> str:
     >>> before, after
     ('missing', 'kept')
     """
-    from filelock import FileLock, Timeout
-
     path = _entry(kind, f"{key}.json")
     if path.exists():
         return "kept"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(f"{path}.lock")
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
+    lock, taken = _lock(path)
+    if not taken:
         return "kept" if path.exists() else "being made"
     lock.release()
     return "kept" if path.exists() else "missing"

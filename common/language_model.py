@@ -295,8 +295,8 @@ def _fit(model: Decoder, steps: int, seed: int) -> list[float]:
         optimizer.step()
         schedule.step()
         losses.append(loss.item())
-        # 100 s in one go: in the site's build, a timing of the other build's lesson waited
-        # for its end with a core idle; between two steps it runs at once (nothing for a reader)
+        # ~100 s inside one cache entry: in the site's build a timing of the other build's
+        # lesson (common.turns) runs between two steps, not after the last with a core idle
         let_a_timing_in()
     model.caching(True).eval()
     return losses

@@ -73,9 +73,10 @@ def one_torch_thread_per_worker():
 def torchao_patterns_exported_once():
     """The docs build's cache (docs/pattern_graphs.py), for the whole session of a worker.
 
-    Requested by the modules that prepare and convert many models (test_handmade.py,
-    test_lowering.py, test_edge.py: ``pytestmark``), not by every test: a run of the others
-    imports neither torchao nor ExecuTorch for it (test_fixtures.py checks).
+    Requested by the modules that prepare and convert many models (``pytestmark`` in
+    test_handmade.py, test_lowering.py, test_edge.py, test_runtime.py, test_atlas.py and
+    tests/backends/test_xnnpack_*.py), not by every test: a run of the others imports neither
+    torchao nor ExecuTorch for it (test_fixtures.py checks).
     """
     import executorch.backends.xnnpack.quantizer.xnnpack_quantizer_utils  # noqa: F401
     import torchao.quantization.pt2e.quantize_pt2e  # noqa: F401  (imports the modules it patches)
